@@ -1,0 +1,649 @@
+#include "common/codec.h"
+
+#include <msgpack.hpp>
+
+#include <cmath>
+#include <new>
+#include <type_traits>
+
+namespace fleet::proto {
+namespace {
+
+// ---- encoding ----
+
+// Lets msgpack::packer append to a std::string.
+struct StringSink {
+  std::string* out;
+  void write(const char* data, std::size_t size) { out->append(data, size); }
+};
+using Packer = msgpack::packer<StringSink>;
+
+void PackStr(Packer& p, std::string_view s) {
+  p.pack_str(static_cast<std::uint32_t>(s.size()));
+  p.pack_str_body(s.data(), static_cast<std::uint32_t>(s.size()));
+}
+
+void PackBin(Packer& p, std::string_view s) {
+  p.pack_bin(static_cast<std::uint32_t>(s.size()));
+  p.pack_bin_body(s.data(), static_cast<std::uint32_t>(s.size()));
+}
+
+void PackHeader(Packer& p, Command command, std::uint32_t fields) {
+  p.pack_array(2 + fields);
+  p.pack_uint32(kVersion);
+  p.pack_uint8(static_cast<std::uint8_t>(command));
+}
+
+void PackStrList(Packer& p, const std::vector<std::string_view>& items) {
+  p.pack_array(static_cast<std::uint32_t>(items.size()));
+  for (auto s : items) PackStr(p, s);
+}
+
+struct EncodeVisitor {
+  Packer& p;
+
+  void operator()(const Submit& m) {
+    PackHeader(p, Command::kSubmit, 1);
+    p.pack_array(static_cast<std::uint32_t>(m.batches.size()));
+    for (const auto& b : m.batches) {
+      p.pack_array(3);
+      PackStr(p, b.id);
+      PackStr(p, b.queue);
+      PackBin(p, b.payload);
+    }
+  }
+  void operator()(const Ack& m) {
+    PackHeader(p, Command::kAck, 2);
+    PackStrList(p, m.accepted);
+    p.pack_array(static_cast<std::uint32_t>(m.rejected.size()));
+    for (const auto& r : m.rejected) {
+      p.pack_array(3);
+      PackStr(p, r.id);
+      p.pack_uint32(static_cast<std::uint32_t>(r.code));
+      PackStr(p, r.message);
+    }
+  }
+  void operator()(const Result& m) {
+    PackHeader(p, Command::kResult, 1);
+    p.pack_array(static_cast<std::uint32_t>(m.results.size()));
+    for (const auto& r : m.results) {
+      p.pack_array(5);
+      PackStr(p, r.id);
+      p.pack_uint32(static_cast<std::uint32_t>(r.outcome));
+      p.pack_uint32(r.attempts);
+      PackBin(p, r.result);
+      PackStr(p, r.error);
+    }
+  }
+  void operator()(const Fetch& m) {
+    PackHeader(p, Command::kFetch, 1);
+    PackStrList(p, m.ids);
+  }
+  void operator()(const Hello& m) {
+    PackHeader(p, Command::kHello, 4);
+    PackStr(p, m.worker_id);
+    p.pack_uint32(m.concurrency);
+    p.pack_uint32(m.credit);
+    PackStrList(p, m.queues);
+  }
+  void operator()(const Welcome& m) {
+    PackHeader(p, Command::kWelcome, 2);
+    p.pack_uint32(m.heartbeat_ms);
+    p.pack_uint32(m.liveness);
+  }
+  void operator()(const Dispatch& m) {
+    PackHeader(p, Command::kDispatch, 1);
+    p.pack_array(static_cast<std::uint32_t>(m.batches.size()));
+    for (const auto& b : m.batches) {
+      p.pack_array(4);
+      PackStr(p, b.id);
+      PackStr(p, b.queue);
+      p.pack_uint32(b.attempt);
+      PackBin(p, b.payload);
+    }
+  }
+  void operator()(const Done& m) {
+    PackHeader(p, Command::kDone, 2);
+    p.pack_uint32(m.credit);
+    p.pack_array(static_cast<std::uint32_t>(m.results.size()));
+    for (const auto& r : m.results) {
+      p.pack_array(5);
+      PackStr(p, r.id);
+      p.pack_uint32(r.attempt);
+      p.pack_uint32(static_cast<std::uint32_t>(r.outcome));
+      PackBin(p, r.result);
+      PackStr(p, r.error);
+    }
+  }
+  void operator()(const Drain&) { PackHeader(p, Command::kDrain, 0); }
+  void operator()(const Bye&) { PackHeader(p, Command::kBye, 0); }
+  void operator()(const Heartbeat&) { PackHeader(p, Command::kHeartbeat, 0); }
+  void operator()(const Stop& m) {
+    PackHeader(p, Command::kStop, 1);
+    PackStr(p, m.reason);
+  }
+  void operator()(const Reset& m) {
+    PackHeader(p, Command::kReset, 1);
+    PackStr(p, m.reason);
+  }
+  void operator()(const Control& m) {
+    PackHeader(p, Command::kControl, 3);
+    p.pack_uint64(m.request_id);
+    PackStr(p, m.op);
+    PackStrList(p, m.args);
+  }
+  void operator()(const ControlReply& m) {
+    PackHeader(p, Command::kControlReply, 3);
+    p.pack_uint64(m.request_id);
+    p.pack_uint32(static_cast<std::uint32_t>(m.code));
+    PackStr(p, m.message);
+  }
+  void operator()(const WorkersReply& m) {
+    PackHeader(p, Command::kWorkersReply, 2);
+    p.pack_uint64(m.request_id);
+    p.pack_array(static_cast<std::uint32_t>(m.workers.size()));
+    for (const auto& w : m.workers) {
+      p.pack_array(7);
+      PackStr(p, w.id);
+      PackStr(p, w.state);
+      p.pack_uint32(w.concurrency);
+      p.pack_uint32(w.held);
+      p.pack_double(w.idle_seconds);
+      p.pack_uint64(w.processed);
+      p.pack_uint64(w.failed);
+    }
+  }
+  void operator()(const StatsReply& m) {
+    PackHeader(p, Command::kStatsReply, 3);
+    p.pack_uint64(m.request_id);
+    p.pack_map(static_cast<std::uint32_t>(m.queues.size()));
+    for (const auto& [name, depth] : m.queues) {
+      PackStr(p, name);
+      p.pack_uint64(depth);
+    }
+    p.pack_map(static_cast<std::uint32_t>(m.values.size()));
+    for (const auto& [name, value] : m.values) {
+      PackStr(p, name);
+      p.pack_double(value);
+    }
+  }
+  void operator()(const Error& m) {
+    PackHeader(p, Command::kError, 2);
+    p.pack_uint32(static_cast<std::uint32_t>(m.code));
+    PackStr(p, m.message);
+  }
+};
+
+// ---- decoding ----
+
+// Thrown inside the decoder only; Decode turns it into a Decoded error.
+struct Reject {
+  ErrorCode code;
+  std::string detail;
+};
+
+[[noreturn]] void Fail(ErrorCode code, std::string detail) {
+  throw Reject{code, std::move(detail)};
+}
+
+// str and bin reference the frame instead of being copied into the zone.
+bool ReferenceAll(msgpack::type::object_type, std::size_t, void*) {
+  return true;
+}
+
+class Reader {
+ public:
+  Reader(const msgpack::object& array, const Limits& limits, const char* what)
+      : limits_(limits), what_(what) {
+    if (array.type != msgpack::type::ARRAY) Fail(ErrorCode::kMalformed,
+                                                 std::string(what) + ": not an array");
+    items_ = array.via.array.ptr;
+    size_ = array.via.array.size;
+  }
+
+  // Requires exactly n fields from the current position.
+  void Expect(std::uint32_t n) const {
+    if (size_ - pos_ != n) {
+      Fail(ErrorCode::kMalformed, std::string(what_) + ": expected " +
+                                      std::to_string(pos_ + n) + " fields, got " +
+                                      std::to_string(size_));
+    }
+  }
+
+  const msgpack::object& Next() {
+    if (pos_ >= size_) Fail(ErrorCode::kMalformed, std::string(what_) + ": too few fields");
+    return items_[pos_++];
+  }
+
+  std::uint64_t Uint() {
+    const auto& o = Next();
+    if (o.type != msgpack::type::POSITIVE_INTEGER) {
+      Fail(ErrorCode::kMalformed, std::string(what_) + ": expected an unsigned integer");
+    }
+    return o.via.u64;
+  }
+
+  std::uint32_t Uint32() {
+    std::uint64_t v = Uint();
+    if (v > 0xffffffffu) Fail(ErrorCode::kMalformed, std::string(what_) + ": integer out of range");
+    return static_cast<std::uint32_t>(v);
+  }
+
+  double Float() {
+    const auto& o = Next();
+    switch (o.type) {
+      case msgpack::type::FLOAT32:
+      case msgpack::type::FLOAT64: return o.via.f64;
+      case msgpack::type::POSITIVE_INTEGER: return static_cast<double>(o.via.u64);
+      case msgpack::type::NEGATIVE_INTEGER: return static_cast<double>(o.via.i64);
+      default: Fail(ErrorCode::kMalformed, std::string(what_) + ": expected a number");
+    }
+  }
+
+  std::string_view Str(std::size_t max) { return StrOf(Next(), max); }
+
+  std::string_view Id() { return Str(limits_.max_id_bytes); }
+  std::string_view Text() { return Str(limits_.max_text_bytes); }
+
+  // bin; str accepted too, so that a hand-written producer that packs its
+  // payload as str is not refused for it.
+  std::string_view Bin() {
+    const auto& o = Next();
+    if (o.type == msgpack::type::BIN) {
+      if (o.via.bin.size > limits_.max_payload_bytes) TooLarge("payload");
+      return {o.via.bin.ptr, o.via.bin.size};
+    }
+    if (o.type == msgpack::type::STR) {
+      if (o.via.str.size > limits_.max_payload_bytes) TooLarge("payload");
+      return {o.via.str.ptr, o.via.str.size};
+    }
+    Fail(ErrorCode::kMalformed, std::string(what_) + ": expected bin");
+  }
+
+  // An array field; items are checked against max_items.
+  const msgpack::object& List() {
+    const auto& o = Next();
+    if (o.type != msgpack::type::ARRAY) {
+      Fail(ErrorCode::kMalformed, std::string(what_) + ": expected an array");
+    }
+    if (o.via.array.size > limits_.max_items) TooLarge("item count");
+    return o;
+  }
+
+  std::vector<std::string_view> IdList() {
+    const auto& o = List();
+    std::vector<std::string_view> out;
+    out.reserve(o.via.array.size);
+    for (std::uint32_t i = 0; i < o.via.array.size; ++i) {
+      out.push_back(StrOf(o.via.array.ptr[i], limits_.max_id_bytes));
+    }
+    return out;
+  }
+
+  const msgpack::object& Map() {
+    const auto& o = Next();
+    if (o.type != msgpack::type::MAP) {
+      Fail(ErrorCode::kMalformed, std::string(what_) + ": expected a map");
+    }
+    if (o.via.map.size > limits_.max_items) TooLarge("item count");
+    return o;
+  }
+
+  std::string_view StrOf(const msgpack::object& o, std::size_t max) const {
+    if (o.type != msgpack::type::STR) {
+      Fail(ErrorCode::kMalformed, std::string(what_) + ": expected str");
+    }
+    if (o.via.str.size > max) TooLarge("string");
+    return {o.via.str.ptr, o.via.str.size};
+  }
+
+  const Limits& limits() const { return limits_; }
+
+ private:
+  [[noreturn]] void TooLarge(const char* field) const {
+    Fail(ErrorCode::kTooLarge, std::string(what_) + ": " + field + " over the limit");
+  }
+
+  const Limits& limits_;
+  const char* what_;
+  const msgpack::object* items_ = nullptr;
+  std::uint32_t size_ = 0;
+  std::uint32_t pos_ = 0;
+};
+
+Outcome ToOutcome(std::uint32_t v) {
+  if (v > static_cast<std::uint32_t>(Outcome::kUnknown)) {
+    Fail(ErrorCode::kMalformed, "unknown outcome " + std::to_string(v));
+  }
+  return static_cast<Outcome>(v);
+}
+
+Message DecodeBody(Command command, Reader& r) {
+  const Limits& lim = r.limits();
+  switch (command) {
+    case Command::kSubmit: {
+      r.Expect(1);
+      const auto& list = r.List();
+      Submit m;
+      m.batches.reserve(list.via.array.size);
+      for (std::uint32_t i = 0; i < list.via.array.size; ++i) {
+        Reader b(list.via.array.ptr[i], lim, "submit batch");
+        b.Expect(3);
+        SubmitItem item;
+        item.id = b.Id();
+        item.queue = b.Id();
+        item.payload = b.Bin();
+        m.batches.push_back(item);
+      }
+      return m;
+    }
+    case Command::kAck: {
+      r.Expect(2);
+      Ack m;
+      m.accepted = r.IdList();
+      const auto& list = r.List();
+      for (std::uint32_t i = 0; i < list.via.array.size; ++i) {
+        Reader b(list.via.array.ptr[i], lim, "ack rejection");
+        b.Expect(3);
+        Rejection rej;
+        rej.id = b.Id();
+        rej.code = static_cast<ErrorCode>(b.Uint32());
+        rej.message = b.Text();
+        m.rejected.push_back(rej);
+      }
+      return m;
+    }
+    case Command::kResult: {
+      r.Expect(1);
+      const auto& list = r.List();
+      Result m;
+      m.results.reserve(list.via.array.size);
+      for (std::uint32_t i = 0; i < list.via.array.size; ++i) {
+        Reader b(list.via.array.ptr[i], lim, "result");
+        b.Expect(5);
+        ResultItem item;
+        item.id = b.Id();
+        item.outcome = ToOutcome(b.Uint32());
+        item.attempts = b.Uint32();
+        item.result = b.Bin();
+        item.error = b.Text();
+        m.results.push_back(item);
+      }
+      return m;
+    }
+    case Command::kFetch: {
+      r.Expect(1);
+      return Fetch{r.IdList()};
+    }
+    case Command::kHello: {
+      r.Expect(4);
+      Hello m;
+      m.worker_id = r.Id();
+      m.concurrency = r.Uint32();
+      m.credit = r.Uint32();
+      m.queues = r.IdList();
+      return m;
+    }
+    case Command::kWelcome: {
+      r.Expect(2);
+      Welcome m;
+      m.heartbeat_ms = r.Uint32();
+      m.liveness = r.Uint32();
+      return m;
+    }
+    case Command::kDispatch: {
+      r.Expect(1);
+      const auto& list = r.List();
+      Dispatch m;
+      m.batches.reserve(list.via.array.size);
+      for (std::uint32_t i = 0; i < list.via.array.size; ++i) {
+        Reader b(list.via.array.ptr[i], lim, "dispatch batch");
+        b.Expect(4);
+        DispatchItem item;
+        item.id = b.Id();
+        item.queue = b.Id();
+        item.attempt = b.Uint32();
+        item.payload = b.Bin();
+        m.batches.push_back(item);
+      }
+      return m;
+    }
+    case Command::kDone: {
+      r.Expect(2);
+      Done m;
+      m.credit = r.Uint32();
+      const auto& list = r.List();
+      m.results.reserve(list.via.array.size);
+      for (std::uint32_t i = 0; i < list.via.array.size; ++i) {
+        Reader b(list.via.array.ptr[i], lim, "done result");
+        b.Expect(5);
+        DoneItem item;
+        item.id = b.Id();
+        item.attempt = b.Uint32();
+        item.outcome = ToOutcome(b.Uint32());
+        item.result = b.Bin();
+        item.error = b.Text();
+        m.results.push_back(item);
+      }
+      return m;
+    }
+    case Command::kDrain: r.Expect(0); return Drain{};
+    case Command::kBye: r.Expect(0); return Bye{};
+    case Command::kHeartbeat: r.Expect(0); return Heartbeat{};
+    case Command::kStop: r.Expect(1); return Stop{r.Text()};
+    case Command::kReset: r.Expect(1); return Reset{r.Text()};
+    case Command::kControl: {
+      r.Expect(3);
+      Control m;
+      m.request_id = r.Uint();
+      m.op = r.Id();
+      m.args = r.IdList();
+      return m;
+    }
+    case Command::kControlReply: {
+      r.Expect(3);
+      ControlReply m;
+      m.request_id = r.Uint();
+      m.code = static_cast<ErrorCode>(r.Uint32());
+      m.message = r.Text();
+      return m;
+    }
+    case Command::kWorkersReply: {
+      r.Expect(2);
+      WorkersReply m;
+      m.request_id = r.Uint();
+      const auto& list = r.List();
+      for (std::uint32_t i = 0; i < list.via.array.size; ++i) {
+        Reader b(list.via.array.ptr[i], lim, "worker info");
+        b.Expect(7);
+        WorkerInfo w;
+        w.id = b.Id();
+        w.state = b.Id();
+        w.concurrency = b.Uint32();
+        w.held = b.Uint32();
+        w.idle_seconds = b.Float();
+        w.processed = b.Uint();
+        w.failed = b.Uint();
+        m.workers.push_back(w);
+      }
+      return m;
+    }
+    case Command::kStatsReply: {
+      r.Expect(3);
+      StatsReply m;
+      m.request_id = r.Uint();
+      const auto& queues = r.Map();
+      for (std::uint32_t i = 0; i < queues.via.map.size; ++i) {
+        const auto& kv = queues.via.map.ptr[i];
+        if (kv.val.type != msgpack::type::POSITIVE_INTEGER) {
+          Fail(ErrorCode::kMalformed, "stats: queue depth not an unsigned integer");
+        }
+        m.queues.emplace_back(r.StrOf(kv.key, lim.max_id_bytes), kv.val.via.u64);
+      }
+      const auto& values = r.Map();
+      for (std::uint32_t i = 0; i < values.via.map.size; ++i) {
+        const auto& kv = values.via.map.ptr[i];
+        double v = 0;
+        if (kv.val.type == msgpack::type::FLOAT32 || kv.val.type == msgpack::type::FLOAT64) {
+          v = kv.val.via.f64;
+        } else if (kv.val.type == msgpack::type::POSITIVE_INTEGER) {
+          v = static_cast<double>(kv.val.via.u64);
+        } else {
+          Fail(ErrorCode::kMalformed, "stats: value not a number");
+        }
+        m.values.emplace_back(r.StrOf(kv.key, lim.max_id_bytes), v);
+      }
+      return m;
+    }
+    case Command::kError: {
+      r.Expect(2);
+      Error m;
+      m.code = static_cast<ErrorCode>(r.Uint32());
+      m.message = r.Text();
+      return m;
+    }
+  }
+  Fail(ErrorCode::kUnknownCommand,
+       "unknown command " + std::to_string(static_cast<unsigned>(command)));
+}
+
+bool KnownCommand(std::uint64_t c) {
+  return (c >= 1 && c <= 4) || (c >= 10 && c <= 18) || (c >= 30 && c <= 33) ||
+         c == 40;
+}
+
+}  // namespace
+
+const char* ErrorCodeName(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kOk: return "ok";
+    case ErrorCode::kMalformed: return "malformed";
+    case ErrorCode::kUnsupportedVersion: return "unsupported_version";
+    case ErrorCode::kUnknownCommand: return "unknown_command";
+    case ErrorCode::kTooLarge: return "too_large";
+    case ErrorCode::kQueueFull: return "queue_full";
+    case ErrorCode::kUnknownWorker: return "unknown_worker";
+    case ErrorCode::kBusy: return "busy";
+    case ErrorCode::kBlacklisted: return "blacklisted";
+    case ErrorCode::kDuplicateWorker: return "duplicate_worker";
+    case ErrorCode::kInvalidArgument: return "invalid_argument";
+    case ErrorCode::kFrames: return "frames";
+    case ErrorCode::kNotRetiring: return "not_retiring";
+  }
+  return "unknown_error";
+}
+
+const char* OutcomeName(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kOk: return "ok";
+    case Outcome::kFailed: return "failed";
+    case Outcome::kUnknown: return "unknown";
+  }
+  return "invalid";
+}
+
+Command CommandOf(const Message& message) {
+  static constexpr Command kByIndex[] = {
+      Command::kSubmit,   Command::kAck,          Command::kResult,
+      Command::kFetch,    Command::kHello,        Command::kWelcome,
+      Command::kDispatch, Command::kDone,         Command::kDrain,
+      Command::kBye,      Command::kHeartbeat,    Command::kStop,
+      Command::kReset,    Command::kControl,      Command::kControlReply,
+      Command::kWorkersReply, Command::kStatsReply, Command::kError};
+  static_assert(sizeof(kByIndex) / sizeof(kByIndex[0]) ==
+                std::variant_size_v<Message>);
+  return kByIndex[message.index()];
+}
+
+void EncodeTo(const Message& message, std::string* out) {
+  out->clear();
+  StringSink sink{out};
+  Packer packer(sink);
+  std::visit(EncodeVisitor{packer}, message);
+}
+
+Decoded Decode(const void* data, std::size_t size, const Limits& limits) {
+  Decoded d;
+  if (size > limits.max_message_bytes) {
+    d.error = ErrorCode::kTooLarge;
+    d.detail = "frame of " + std::to_string(size) + " bytes over the limit of " +
+               std::to_string(limits.max_message_bytes);
+    return d;
+  }
+  if (size == 0) {
+    d.error = ErrorCode::kMalformed;
+    d.detail = "empty frame";
+    return d;
+  }
+  // Every limit is explicit: msgpack's defaults (0xffffffff) let a 5-byte
+  // array header ask for ~96 GB before any element arrives.
+  const auto bin_limit = static_cast<std::size_t>(limits.max_payload_bytes);
+  const auto str_limit = std::max(limits.max_text_bytes, limits.max_payload_bytes);
+  msgpack::unpack_limit unpack_limits(
+      /*array=*/limits.max_items + 8, /*map=*/limits.max_items,
+      /*str=*/str_limit, /*bin=*/bin_limit, /*ext=*/0, /*depth=*/8);
+  try {
+    std::size_t offset = 0;
+    msgpack::object_handle handle = msgpack::unpack(
+        static_cast<const char*>(data), size, offset, ReferenceAll, nullptr,
+        unpack_limits);
+    if (offset != size) {
+      d.error = ErrorCode::kMalformed;
+      d.detail = std::to_string(size - offset) + " trailing bytes after the message";
+      return d;
+    }
+    const msgpack::object& root = handle.get();
+    if (root.type != msgpack::type::ARRAY || root.via.array.size < 2) {
+      d.error = ErrorCode::kMalformed;
+      d.detail = "message is not an array of [version, command, ...]";
+      return d;
+    }
+    const msgpack::object& version = root.via.array.ptr[0];
+    const msgpack::object& command = root.via.array.ptr[1];
+    if (version.type != msgpack::type::POSITIVE_INTEGER ||
+        command.type != msgpack::type::POSITIVE_INTEGER) {
+      d.error = ErrorCode::kMalformed;
+      d.detail = "version and command must be unsigned integers";
+      return d;
+    }
+    if (version.via.u64 != kVersion) {
+      d.error = ErrorCode::kUnsupportedVersion;
+      d.detail = "protocol version " + std::to_string(version.via.u64) +
+                 " not supported (this broker speaks " + std::to_string(kVersion) + ")";
+      return d;
+    }
+    if (!KnownCommand(command.via.u64)) {
+      d.error = ErrorCode::kUnknownCommand;
+      d.detail = "unknown command " + std::to_string(command.via.u64);
+      return d;
+    }
+    Reader reader(root, limits, "message");
+    reader.Next();
+    reader.Next();
+    d.message = DecodeBody(static_cast<Command>(command.via.u64), reader);
+    // Strings and bins reference `data`, arrays were only needed while
+    // converting: the zone can go with the handle.
+  } catch (const Reject& r) {
+    d.message.reset();
+    d.error = r.code;
+    d.detail = r.detail;
+  } catch (const msgpack::size_overflow& e) {
+    d.error = ErrorCode::kTooLarge;
+    d.detail = std::string("msgpack limit exceeded: ") + e.what();
+  } catch (const msgpack::insufficient_bytes&) {
+    d.error = ErrorCode::kMalformed;
+    d.detail = "truncated msgpack";
+  } catch (const msgpack::unpack_error& e) {
+    d.error = ErrorCode::kMalformed;
+    d.detail = std::string("invalid msgpack: ") + e.what();
+  } catch (const msgpack::type_error& e) {
+    d.error = ErrorCode::kMalformed;
+    d.detail = std::string("msgpack type error: ") + e.what();
+  } catch (const std::bad_alloc&) {
+    d.error = ErrorCode::kTooLarge;
+    d.detail = "message needs more memory than allowed";
+  }
+  return d;
+}
+
+}  // namespace fleet::proto

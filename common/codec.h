@@ -1,0 +1,49 @@
+// Encodes and decodes protocol messages (protocol.h) as msgpack, enforcing
+// limits on everything a peer controls. The only file that includes msgpack.
+//
+// Thread-safe: free functions without shared state.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "common/protocol.h"
+
+namespace fleet::proto {
+
+// Bounds on one message; a peer can never make us allocate past these.
+struct Limits {
+  std::size_t max_message_bytes = 64u << 20;  // one frame; 1 KiB..1 GiB
+  std::size_t max_payload_bytes = 16u << 20;  // a batch payload or result
+  std::size_t max_items = 65536;              // batches / ids per message
+  std::size_t max_id_bytes = 256;             // batch, worker, queue ids
+  std::size_t max_text_bytes = 64u << 10;     // error messages, reasons
+};
+
+// A decoded message, or why the frame was rejected. `message` borrows from
+// the frame passed to Decode.
+struct Decoded {
+  std::optional<Message> message;
+  ErrorCode error = ErrorCode::kOk;
+  std::string detail;  // human-readable reason when message is empty
+
+  bool ok() const { return message.has_value(); }
+};
+
+// Decodes one frame. Never throws: malformed, truncated, oversized, trailing
+// bytes, a wrong version or an unknown command come back as an error.
+Decoded Decode(const void* data, std::size_t size,
+               const Limits& limits = Limits());
+
+// Encodes `message` into `out`, replacing its contents (capacity is reused,
+// so a loop that keeps one string allocates only when a message grows).
+void EncodeTo(const Message& message, std::string* out);
+
+inline std::string Encode(const Message& message) {
+  std::string out;
+  EncodeTo(message, &out);
+  return out;
+}
+
+}  // namespace fleet::proto

@@ -1,0 +1,21 @@
+// Command-line flags shared by every program, on CLI11. Every long flag can
+// also come from an environment variable FLEET_<FLAG_IN_CAPS> (--max-queue
+// and FLEET_MAX_QUEUE); the flag wins when both are set.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace fleet {
+
+// Gives every option of `app` (and its subcommands) that has a long name and
+// no environment variable yet the name FLEET_<LONG_NAME_IN_CAPS>. Call after
+// adding options, before parsing.
+void AddEnvNames(CLI::App& app);
+
+// Parses argv; on --help or a bad flag prints the message and returns the
+// exit code to use (0 for --help). Returns -1 when the program should run.
+int ParseFlags(CLI::App& app, int argc, char** argv);
+
+}  // namespace fleet

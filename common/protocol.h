@@ -1,0 +1,204 @@
+// The fleet wire protocol: commands, message structs and the version.
+//
+// Every message is one ZeroMQ frame (a DEALER peer sends one frame; the
+// broker's ROUTER sees [routing id, frame]) holding one msgpack array:
+//   [version, command, field...]
+// docs/protocol.md is the normative description; keep the two in step.
+//
+// Byte fields are std::string_view. A decoded message borrows from the frame
+// it was decoded from and must not outlive it; a message being encoded
+// borrows from whatever the caller points it at. No msgpack here: only the
+// codec includes it.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace fleet::proto {
+
+inline constexpr std::uint32_t kVersion = 1;
+
+enum class Command : std::uint8_t {
+  // Frontend: producer <-> broker.
+  kSubmit = 1,  // P->B batches to run
+  kAck = 2,     // B->P which batches of a SUBMIT were accepted / rejected
+  kResult = 3,  // B->P results
+  kFetch = 4,   // P->B results (or re-ownership) of batches by id
+  // Backend: worker <-> broker.
+  kHello = 10,      // W->B register (or re-register) with id and credit
+  kWelcome = 11,    // B->W registered; carries the heartbeat interval
+  kDispatch = 12,   // B->W batches to run, never more than the credit
+  kDone = 13,       // W->B results plus new credit
+  kDrain = 14,      // W->B take nothing new from me (SIGTERM)
+  kBye = 15,        // W->B leaving now
+  kStop = 16,       // B->W drain what you hold, say BYE, exit
+  kHeartbeat = 17,  // both ways
+  kReset = 18,      // B->W unknown to me: send HELLO again
+  // Control: fleet-ctl / autoscaler <-> broker.
+  kControl = 30,       // C->B request
+  kControlReply = 31,  // B->C status reply
+  kWorkersReply = 32,  // B->C reply to "workers"
+  kStatsReply = 33,    // B->C reply to "stats"
+  // Any direction from the broker.
+  kError = 40,
+};
+
+// Error codes carried by ACK rejections, CONTROL_REPLY and ERROR.
+enum class ErrorCode : std::uint32_t {
+  kOk = 0,
+  kMalformed = 1,           // not msgpack, wrong types, trailing bytes
+  kUnsupportedVersion = 2,  // version != kVersion
+  kUnknownCommand = 3,      // command not known, or not valid on this socket
+  kTooLarge = 4,            // frame, payload, id or item count over a limit
+  kQueueFull = 5,           // --max-queue reached; retry later
+  kUnknownWorker = 6,       // no such worker id
+  kBusy = 7,                // retire-if-idle refused: the worker holds work
+  kBlacklisted = 8,         // worker id is on the blacklist
+  kDuplicateWorker = 9,     // worker id is in use by a live connection
+  kInvalidArgument = 10,    // bad id, bad control op or arguments
+  kFrames = 11,             // wrong number of frames
+  kNotRetiring = 12,        // unretire of a worker that is not retiring
+};
+
+const char* ErrorCodeName(ErrorCode code);
+
+enum class Outcome : std::uint32_t {
+  kOk = 0,
+  kFailed = 1,   // the handler failed, or the batch was dead-lettered
+  kUnknown = 2,  // FETCH of an id the broker does not know
+};
+
+const char* OutcomeName(Outcome outcome);
+
+// ---- frontend ----
+
+struct SubmitItem {
+  std::string_view id;       // chosen by the producer, unique per batch
+  std::string_view queue;    // "" means "default"
+  std::string_view payload;  // msgpack bin
+};
+struct Submit {
+  std::vector<SubmitItem> batches;
+};
+
+struct Rejection {
+  std::string_view id;
+  ErrorCode code = ErrorCode::kOk;
+  std::string_view message;
+};
+struct Ack {
+  std::vector<std::string_view> accepted;
+  std::vector<Rejection> rejected;
+};
+
+struct ResultItem {
+  std::string_view id;
+  Outcome outcome = Outcome::kOk;
+  std::uint32_t attempts = 0;  // how many times it was dispatched
+  std::string_view result;     // msgpack bin: the handler's output
+  std::string_view error;      // why it failed; "" when ok
+};
+struct Result {
+  std::vector<ResultItem> results;
+};
+
+struct Fetch {
+  std::vector<std::string_view> ids;
+};
+
+// ---- backend ----
+
+struct Hello {
+  std::string_view worker_id;
+  std::uint32_t concurrency = 1;  // slots in total
+  std::uint32_t credit = 1;       // slots free right now
+  std::vector<std::string_view> queues;  // empty: every queue
+};
+
+struct Welcome {
+  std::uint32_t heartbeat_ms = 1000;
+  std::uint32_t liveness = 3;  // missed heartbeats before a peer is dead
+};
+
+struct DispatchItem {
+  std::string_view id;
+  std::string_view queue;
+  std::uint32_t attempt = 1;  // 1 on the first run
+  std::string_view payload;
+};
+struct Dispatch {
+  std::vector<DispatchItem> batches;
+};
+
+struct DoneItem {
+  std::string_view id;
+  std::uint32_t attempt = 1;
+  Outcome outcome = Outcome::kOk;
+  std::string_view result;
+  std::string_view error;
+};
+struct Done {
+  std::uint32_t credit = 0;  // slots granted on top of what the broker holds
+  std::vector<DoneItem> results;
+};
+
+struct Drain {};
+struct Bye {};
+struct Heartbeat {};
+struct Stop {
+  std::string_view reason;
+};
+struct Reset {
+  std::string_view reason;
+};
+
+// ---- control ----
+
+struct Control {
+  std::uint64_t request_id = 0;
+  std::string_view op;  // workers, stats, retire, retire-if-idle, unretire
+  std::vector<std::string_view> args;
+};
+
+struct ControlReply {
+  std::uint64_t request_id = 0;
+  ErrorCode code = ErrorCode::kOk;
+  std::string_view message;
+};
+
+struct WorkerInfo {
+  std::string_view id;
+  std::string_view state;  // idle, busy, retiring
+  std::uint32_t concurrency = 0;
+  std::uint32_t held = 0;
+  double idle_seconds = 0;  // 0 while it holds a batch
+  std::uint64_t processed = 0;
+  std::uint64_t failed = 0;
+};
+struct WorkersReply {
+  std::uint64_t request_id = 0;
+  std::vector<WorkerInfo> workers;
+};
+
+struct StatsReply {
+  std::uint64_t request_id = 0;
+  std::vector<std::pair<std::string_view, std::uint64_t>> queues;  // depth
+  std::vector<std::pair<std::string_view, double>> values;  // counters, gauges
+};
+
+struct Error {
+  ErrorCode code = ErrorCode::kOk;
+  std::string_view message;
+};
+
+using Message =
+    std::variant<Submit, Ack, Result, Fetch, Hello, Welcome, Dispatch, Done,
+                 Drain, Bye, Heartbeat, Stop, Reset, Control, ControlReply,
+                 WorkersReply, StatsReply, Error>;
+
+Command CommandOf(const Message& message);
+
+}  // namespace fleet::proto

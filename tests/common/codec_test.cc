@@ -1,0 +1,233 @@
+#include "common/codec.h"
+
+#include <gtest/gtest.h>
+#include <msgpack.hpp>
+
+#include <string>
+
+namespace fleet::proto {
+namespace {
+
+Message RoundTrip(const Message& in, std::string* keep) {
+  *keep = Encode(in);
+  Decoded d = Decode(keep->data(), keep->size());
+  EXPECT_TRUE(d.ok()) << d.detail;
+  EXPECT_EQ(d.message->index(), in.index());
+  return *d.message;
+}
+
+TEST(CodecTest, RoundTripsSubmit) {
+  std::string payload(1000, '\0');
+  payload[3] = 'x';
+  Submit in{{{"b1", "default", payload}, {"b2", "", "hi"}}};
+  std::string buf;
+  auto out = std::get<Submit>(RoundTrip(in, &buf));
+  ASSERT_EQ(out.batches.size(), 2u);
+  EXPECT_EQ(out.batches[0].id, "b1");
+  EXPECT_EQ(out.batches[0].queue, "default");
+  EXPECT_EQ(out.batches[0].payload, payload);
+  EXPECT_EQ(out.batches[1].queue, "");
+  EXPECT_EQ(out.batches[1].payload, "hi");
+}
+
+TEST(CodecTest, RoundTripsAckAndResult) {
+  std::string buf;
+  Ack ack{{"a", "b"}, {{"c", ErrorCode::kQueueFull, "queue full"}}};
+  auto a = std::get<Ack>(RoundTrip(ack, &buf));
+  ASSERT_EQ(a.accepted.size(), 2u);
+  EXPECT_EQ(a.accepted[1], "b");
+  ASSERT_EQ(a.rejected.size(), 1u);
+  EXPECT_EQ(a.rejected[0].code, ErrorCode::kQueueFull);
+  EXPECT_EQ(a.rejected[0].message, "queue full");
+
+  std::string buf2;
+  Result res{{{"x", Outcome::kFailed, 5, "out", "dead-lettered"}}};
+  auto r = std::get<Result>(RoundTrip(res, &buf2));
+  ASSERT_EQ(r.results.size(), 1u);
+  EXPECT_EQ(r.results[0].outcome, Outcome::kFailed);
+  EXPECT_EQ(r.results[0].attempts, 5u);
+  EXPECT_EQ(r.results[0].result, "out");
+  EXPECT_EQ(r.results[0].error, "dead-lettered");
+}
+
+TEST(CodecTest, RoundTripsWorkerMessages) {
+  std::string b1, b2, b3, b4;
+  auto h = std::get<Hello>(RoundTrip(Hello{"w1", 4, 3, {"q1", "q2"}}, &b1));
+  EXPECT_EQ(h.worker_id, "w1");
+  EXPECT_EQ(h.concurrency, 4u);
+  EXPECT_EQ(h.credit, 3u);
+  ASSERT_EQ(h.queues.size(), 2u);
+  EXPECT_EQ(h.queues[1], "q2");
+
+  auto d = std::get<Dispatch>(RoundTrip(Dispatch{{{"b", "q", 2, "p"}}}, &b2));
+  ASSERT_EQ(d.batches.size(), 1u);
+  EXPECT_EQ(d.batches[0].attempt, 2u);
+  EXPECT_EQ(d.batches[0].payload, "p");
+
+  auto done = std::get<Done>(
+      RoundTrip(Done{2, {{"b", 2, Outcome::kOk, "r", ""}}}, &b3));
+  EXPECT_EQ(done.credit, 2u);
+  ASSERT_EQ(done.results.size(), 1u);
+  EXPECT_EQ(done.results[0].result, "r");
+
+  auto w = std::get<Welcome>(RoundTrip(Welcome{250, 4}, &b4));
+  EXPECT_EQ(w.heartbeat_ms, 250u);
+  EXPECT_EQ(w.liveness, 4u);
+
+  std::string b5, b6, b7, b8, b9;
+  RoundTrip(Drain{}, &b5);
+  RoundTrip(Bye{}, &b6);
+  RoundTrip(Heartbeat{}, &b7);
+  EXPECT_EQ(std::get<Stop>(RoundTrip(Stop{"retired"}, &b8)).reason, "retired");
+  EXPECT_EQ(std::get<Reset>(RoundTrip(Reset{"unknown"}, &b9)).reason, "unknown");
+}
+
+TEST(CodecTest, RoundTripsControlMessages) {
+  std::string b1, b2, b3, b4, b5, b6;
+  auto c = std::get<Control>(RoundTrip(Control{7, "retire", {"w1"}}, &b1));
+  EXPECT_EQ(c.request_id, 7u);
+  EXPECT_EQ(c.op, "retire");
+  ASSERT_EQ(c.args.size(), 1u);
+
+  auto r = std::get<ControlReply>(
+      RoundTrip(ControlReply{7, ErrorCode::kBusy, "holds 2"}, &b2));
+  EXPECT_EQ(r.code, ErrorCode::kBusy);
+
+  WorkersReply wr{9, {{"w1", "idle", 4, 0, 1.5, 10, 1}}};
+  auto w = std::get<WorkersReply>(RoundTrip(wr, &b3));
+  ASSERT_EQ(w.workers.size(), 1u);
+  EXPECT_DOUBLE_EQ(w.workers[0].idle_seconds, 1.5);
+  EXPECT_EQ(w.workers[0].processed, 10u);
+
+  StatsReply sr{3, {{"default", 12}}, {{"submitted", 40}, {"inflight", 2}}};
+  auto s = std::get<StatsReply>(RoundTrip(sr, &b4));
+  ASSERT_EQ(s.queues.size(), 1u);
+  EXPECT_EQ(s.queues[0].second, 12u);
+  ASSERT_EQ(s.values.size(), 2u);
+  EXPECT_DOUBLE_EQ(s.values[1].second, 2.0);
+
+  auto e = std::get<Error>(RoundTrip(Error{ErrorCode::kMalformed, "bad"}, &b5));
+  EXPECT_EQ(e.code, ErrorCode::kMalformed);
+  auto f = std::get<Fetch>(RoundTrip(Fetch{{"a", "b"}}, &b6));
+  EXPECT_EQ(f.ids.size(), 2u);
+}
+
+TEST(CodecTest, CommandOfMatchesEncodedCommand) {
+  std::string buf = Encode(Hello{"w", 1, 1, {}});
+  Decoded d = Decode(buf.data(), buf.size());
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(CommandOf(*d.message), Command::kHello);
+}
+
+std::string Packed(const std::function<void(msgpack::packer<msgpack::sbuffer>&)>& f) {
+  msgpack::sbuffer sb;
+  msgpack::packer<msgpack::sbuffer> p(sb);
+  f(p);
+  return std::string(sb.data(), sb.size());
+}
+
+struct BadCase {
+  const char* name;
+  std::string bytes;
+  ErrorCode want;
+};
+
+TEST(CodecTest, RejectsMalformedTruncatedOversizedAndWrongVersion) {
+  std::string good = Encode(Submit{{{"b1", "", "payload"}}});
+  std::string trailing = good + "x";
+  std::string truncated = good.substr(0, good.size() - 3);
+  std::vector<BadCase> cases = {
+      {"empty", "", ErrorCode::kMalformed},
+      {"random bytes", "\xc1\xc1\xc1", ErrorCode::kMalformed},
+      {"not an array", Packed([](auto& p) { p.pack(42); }), ErrorCode::kMalformed},
+      {"array too short", Packed([](auto& p) { p.pack_array(1); p.pack(1); }),
+       ErrorCode::kMalformed},
+      {"trailing bytes", trailing, ErrorCode::kMalformed},
+      {"truncated", truncated, ErrorCode::kMalformed},
+      {"wrong version",
+       Packed([](auto& p) { p.pack_array(3); p.pack(2); p.pack(1); p.pack_array(0); }),
+       ErrorCode::kUnsupportedVersion},
+      {"negative version",
+       Packed([](auto& p) { p.pack_array(3); p.pack(-1); p.pack(1); p.pack_array(0); }),
+       ErrorCode::kMalformed},
+      {"unknown command",
+       Packed([](auto& p) { p.pack_array(2); p.pack(1); p.pack(99); }),
+       ErrorCode::kUnknownCommand},
+      {"wrong field count",
+       Packed([](auto& p) { p.pack_array(4); p.pack(1); p.pack(1); p.pack_array(0); p.pack(1); }),
+       ErrorCode::kMalformed},
+      {"id wrong type",
+       Packed([](auto& p) {
+         p.pack_array(3); p.pack(1); p.pack(1);
+         p.pack_array(1); p.pack_array(3); p.pack(5); p.pack(""); p.pack("x");
+       }),
+       ErrorCode::kMalformed},
+      // array32 header claiming 2^32-1 elements with no body (msgpack-c #1013).
+      {"huge array header", std::string("\xdd\xff\xff\xff\xff", 5), ErrorCode::kTooLarge},
+      {"huge inner array header",
+       Packed([](auto& p) { p.pack_array(3); p.pack(1); p.pack(1); }) +
+           std::string("\xdd\x00\xff\xff\xff", 5),
+       ErrorCode::kTooLarge},
+      {"huge map header", std::string("\xdf\xff\xff\xff\xff", 5), ErrorCode::kTooLarge},
+      {"truncated str32", std::string("\x93\x01\x04\xdb\x00\x00\x10\x00ab", 10),
+       ErrorCode::kMalformed},
+      {"huge bin header, no body", std::string("\xc6\xff\xff\xff\xff", 5), ErrorCode::kMalformed},
+      {"ext type", std::string("\xd4\x01\x02", 3), ErrorCode::kTooLarge},
+      {"deep nesting", std::string(2000, '\x91'), ErrorCode::kTooLarge},
+      {"nested array headers", std::string(100000, '\xdc'), ErrorCode::kTooLarge},
+      {"unknown outcome",
+       Packed([](auto& p) {
+         p.pack_array(3); p.pack(1); p.pack(3);
+         p.pack_array(1); p.pack_array(5); p.pack("id"); p.pack(9); p.pack(1);
+         p.pack_bin(0); p.pack("");
+       }),
+       ErrorCode::kMalformed},
+  };
+  for (const auto& c : cases) {
+    Decoded d = Decode(c.bytes.data(), c.bytes.size());
+    EXPECT_FALSE(d.ok()) << c.name;
+    EXPECT_EQ(d.error, c.want) << c.name << ": " << d.detail;
+    EXPECT_FALSE(d.detail.empty()) << c.name;
+  }
+}
+
+TEST(CodecTest, EnforcesConfiguredLimits) {
+  Limits lim;
+  lim.max_payload_bytes = 10;
+  lim.max_items = 2;
+  lim.max_id_bytes = 4;
+  lim.max_message_bytes = 200;
+  struct Case {
+    const char* name;
+    Message msg;
+  };
+  std::string big(11, 'x');
+  std::string huge(300, 'x');
+  std::vector<Case> cases = {
+      {"payload", Submit{{{"b", "", big}}}},
+      {"items", Submit{{{"a", "", ""}, {"b", "", ""}, {"c", "", ""}}}},
+      {"id", Submit{{{"abcde", "", ""}}}},
+      {"frame", Submit{{{"a", "", std::string_view(huge).substr(0, 10)}, {"b", "", huge}}}},
+  };
+  for (const auto& c : cases) {
+    std::string buf = Encode(c.msg);
+    Decoded d = Decode(buf.data(), buf.size(), lim);
+    EXPECT_FALSE(d.ok()) << c.name;
+    EXPECT_EQ(d.error, ErrorCode::kTooLarge) << c.name << ": " << d.detail;
+  }
+  std::string ok = Encode(Submit{{{"abcd", "", "0123456789"}}});
+  EXPECT_TRUE(Decode(ok.data(), ok.size(), lim).ok());
+}
+
+TEST(CodecTest, AcceptsStrPayloadFromHandWrittenProducers) {
+  std::string bytes = Packed([](auto& p) {
+    p.pack_array(3); p.pack(1); p.pack(1);
+    p.pack_array(1); p.pack_array(3); p.pack("id"); p.pack("q"); p.pack("text payload");
+  });
+  Decoded d = Decode(bytes.data(), bytes.size());
+  ASSERT_TRUE(d.ok()) << d.detail;
+  EXPECT_EQ(std::get<Submit>(*d.message).batches[0].payload, "text payload");
+}
+
+}  // namespace
+}  // namespace fleet::proto

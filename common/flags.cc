@@ -7,6 +7,7 @@ namespace fleet {
 void AddEnvNames(CLI::App& app) {
   for (CLI::Option* opt : app.get_options()) {
     if (!opt->get_envname().empty() || opt->get_lnames().empty()) continue;
+    if (opt->get_lnames().front() == "help") continue;
     std::string env = "FLEET_";
     for (char c : opt->get_lnames().front()) {
       env += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));

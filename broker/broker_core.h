@@ -1,0 +1,153 @@
+// BrokerCore: the broker's whole state machine without sockets. It takes
+// decoded messages with the routing id of their sender and `now`, and fills
+// an Outbox with what must be sent; BrokerServer owns the sockets, decodes,
+// calls in, and flushes the Outbox once per loop turn. Everything bound for
+// one peer in a turn leaves in one message (coalescing), so a busy broker
+// sends fewer, larger messages and an idle one adds no delay.
+//
+// Guarantees kept here: a worker never holds more batches than the credit
+// it granted; a retiring worker gets nothing new; a batch is run until some
+// worker reports it or it has been dispatched max_attempts times; the
+// producer gets one result per batch id (first result wins, later ones are
+// counted as duplicates).
+//
+// Not thread-safe: the broker loop is its only caller.
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "broker/batch_store.h"
+#include "broker/blacklist.h"
+#include "broker/broker_options.h"
+#include "broker/counters.h"
+#include "broker/result_store.h"
+#include "broker/worker_registry.h"
+#include "common/protocol.h"
+#include "common/string_map.h"
+
+namespace fleet::broker {
+
+enum class Socket { kFrontend, kBackend, kControl };
+const char* SocketName(Socket s);
+
+// What the loop must send after a turn. Producer messages are grouped per
+// routing id; dispatches live in Worker::outgoing.
+struct Outbox {
+  struct OwnedRejection {
+    std::string id;
+    proto::ErrorCode code;
+    std::string message;
+  };
+  struct ProducerOut {
+    std::vector<std::string> accepted;
+    std::vector<OwnedRejection> rejected;
+    std::vector<std::string> results;  // ids whose result is in the ResultStore
+    std::vector<std::string> unknown;  // fetched ids the broker does not know
+  };
+  struct Frame {
+    Socket socket;
+    std::string identity;
+    std::string body;  // encoded message
+  };
+
+  StringMap<ProducerOut> producers;
+  std::vector<std::string> dispatch_workers;  // ids with outgoing batches
+  std::vector<Frame> frames;                  // everything else, in order
+
+  bool empty() const {
+    return producers.empty() && dispatch_workers.empty() && frames.empty();
+  }
+  void clear() {
+    producers.clear();
+    dispatch_workers.clear();
+    frames.clear();
+  }
+};
+
+class BrokerCore {
+ public:
+  explicit BrokerCore(const BrokerOptions& options);
+
+  // A decoded message from `identity` on `socket`.
+  void OnMessage(Socket socket, std::string_view identity,
+                 const proto::Message& message, TimePoint now);
+  // A frame that did not decode (or had the wrong frame count): counted and
+  // answered with ERROR.
+  void OnBadInput(Socket socket, std::string_view identity,
+                  proto::ErrorCode code, std::string_view detail);
+
+  // Hands queued batches to workers with credit, within their credit.
+  void Pump(TimePoint now);
+  // Periodic housekeeping: heartbeats to workers, dead workers (their
+  // batches requeued), blacklist and result expiry.
+  void Tick(TimePoint now);
+
+  // The loop could not send the dispatch in Worker::outgoing of `worker_id`
+  // (peer gone or its queue full): those batches go back undamaged and the
+  // worker is dropped (it will re-register if it is alive).
+  void OnDispatchFailed(std::string_view worker_id, TimePoint now);
+  // A message to a producer or control peer could not be sent.
+  void OnUndeliverable() { ++counters_.undeliverable; }
+
+  // True when Pump could dispatch something right now.
+  bool CanDispatch() const;
+
+  Outbox& outbox() { return outbox_; }
+  const Counters& counters() const { return counters_; }
+  const BatchStore& batches() const { return batches_; }
+  BatchStore& mutable_batches() { return batches_; }
+  const ResultStore& results() const { return results_; }
+  WorkerRegistry& workers() { return workers_; }
+  const Blacklist& blacklist() const { return blacklist_; }
+  const BrokerOptions& options() const { return options_; }
+
+ private:
+  void OnSubmit(std::string_view identity, const proto::Submit& m, TimePoint now);
+  void OnFetch(std::string_view identity, const proto::Fetch& m);
+  void OnHello(std::string_view identity, const proto::Hello& m, TimePoint now);
+  void OnDone(std::string_view identity, const proto::Done& m, TimePoint now);
+  void OnDrain(std::string_view identity);
+  void OnBye(std::string_view identity, TimePoint now);
+  void OnControl(std::string_view identity, const proto::Control& m, TimePoint now);
+  void OnRetire(std::string_view identity, const proto::Control& m, bool if_idle,
+                TimePoint now);
+  void OnUnretire(std::string_view identity, const proto::Control& m);
+  void ReplyWorkers(std::string_view identity, std::uint64_t request_id, TimePoint now);
+  void ReplyStats(std::string_view identity, std::uint64_t request_id);
+
+  // Records the first result of a batch and routes it to its producer.
+  void Complete(const proto::DoneItem& item, Worker* reporter, TimePoint now);
+  // Removes `seq` from the worker holding it and handles "now idle".
+  void Release(Worker& w, BatchSeq seq, TimePoint now);
+  // Puts a batch whose worker went away back in its queue, or dead-letters
+  // it after max_attempts.
+  void Requeue(BatchSeq seq, std::string_view why, TimePoint now);
+  // Requeues everything `w` holds and forgets it.
+  void DropWorker(Worker& w, std::string_view why, TimePoint now);
+  void FinishFailed(BatchSeq seq, std::string error, TimePoint now);
+  void StopIfDrained(Worker& w, TimePoint now);
+
+  Outbox::ProducerOut& Out(std::string_view identity);
+  void Send(Socket socket, std::string_view identity, const proto::Message& m);
+  void SendToWorker(Worker& w, const proto::Message& m, TimePoint now);
+  void Reply(std::string_view identity, std::uint64_t request_id,
+             proto::ErrorCode code, std::string message);
+  void Reject(std::string_view identity, std::string_view id,
+              proto::ErrorCode code, std::string message);
+
+  BrokerOptions options_;
+  BatchStore batches_;
+  ResultStore results_;
+  WorkerRegistry workers_;
+  Blacklist blacklist_;
+  Counters counters_;
+  Outbox outbox_;
+  std::string scratch_;  // reused encode buffer
+  std::uint64_t bad_input_logged_ = 0;
+};
+
+}  // namespace fleet::broker

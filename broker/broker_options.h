@@ -1,0 +1,31 @@
+// Tunables of fleet-broker, with defaults. Flags map onto these in main.cc.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/clock.h"
+
+namespace fleet::broker {
+
+struct BrokerOptions {
+  std::string frontend = "tcp://*:5555";  // producers
+  std::string backend = "tcp://*:5556";   // workers
+  std::string control = "tcp://*:5557";   // fleet-ctl, autoscaler
+  std::string ready_file;  // if set: resolved endpoints written here once bound
+
+  std::size_t max_queue = 100000;  // batches waiting, all queues; 1..1e8
+  std::uint32_t max_attempts = 5;  // dispatches before dead-lettering; 1..100
+  Duration blacklist_ttl = std::chrono::seconds(120);  // 0..1 day
+  Duration heartbeat = std::chrono::milliseconds(1000);  // 10 ms..60 s
+  std::uint32_t liveness = 3;  // missed heartbeats before a worker is dead
+  Duration result_retention = std::chrono::seconds(300);  // dedup window
+  std::size_t max_retained_results = 100000;  // results kept for dedup/fetch
+  std::size_t max_batch_bytes = 16u << 20;     // one payload; 1..1 GiB
+  std::size_t max_message_bytes = 64u << 20;   // one frame; >= max_batch_bytes
+  std::size_t max_id_bytes = 256;              // batch, worker, queue ids
+};
+
+}  // namespace fleet::broker

@@ -1,0 +1,229 @@
+#include "broker/broker_server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+
+#include "common/zmq_util.h"
+
+namespace fleet::broker {
+namespace {
+
+// Messages read from one socket per turn before the others get a look:
+// enough to batch work under load, small enough to stay fair.
+constexpr int kBurst = 256;
+
+// Bounds on one outgoing message, far under every peer's decode limits, so a
+// busy turn is split instead of producing a frame a peer must refuse.
+constexpr std::size_t kMaxItemsPerMessage = 4096;
+constexpr std::size_t kMaxBytesPerMessage = 8u << 20;
+
+// Sends `items` in as few messages as the bounds allow. `make` builds a
+// message from a slice; `size_of` is an item's byte weight; `send` sends.
+template <typename Item, typename Make, typename SizeOf, typename SendFn>
+void SendChunked(std::vector<Item>& items, Make make, SizeOf size_of, SendFn send) {
+  std::size_t begin = 0;
+  while (begin < items.size()) {
+    std::size_t end = begin;
+    std::size_t bytes = 0;
+    while (end < items.size() && end - begin < kMaxItemsPerMessage &&
+           (end == begin || bytes + size_of(items[end]) <= kMaxBytesPerMessage)) {
+      bytes += size_of(items[end]);
+      ++end;
+    }
+    send(make(begin, end));
+    begin = end;
+  }
+}
+
+}  // namespace
+
+BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
+    : options_(options),
+      clock_(clock),
+      core_(options),
+      context_(1),
+      frontend_(context_, zmq::socket_type::router),
+      backend_(context_, zmq::socket_type::router),
+      control_(context_, zmq::socket_type::router) {
+  limits_.max_message_bytes = options.max_message_bytes;
+  // Payload size is checked per batch by the core, so that one oversized
+  // batch is refused alone instead of failing its whole message.
+  limits_.max_payload_bytes = options.max_message_bytes;
+  limits_.max_id_bytes = options.max_id_bytes;
+  SocketLimits sl;
+  // Frames over the transport limit make libzmq drop the connection; keep it
+  // above the codec's limit so an oversized message gets a clear ERROR.
+  sl.max_message_bytes = static_cast<int>(
+      std::min<std::size_t>(options.max_message_bytes * 2 + 4096, 0x7fffffff));
+  for (zmq::socket_t* s : {&frontend_, &backend_, &control_}) {
+    ApplySocketOptions(*s, sl, /*router=*/true);
+  }
+  frontend_endpoint_ = BindSocket(frontend_, options.frontend);
+  backend_endpoint_ = BindSocket(backend_, options.backend);
+  control_endpoint_ = BindSocket(control_, options.control);
+}
+
+zmq::socket_t& BrokerServer::SocketFor(Socket which) {
+  switch (which) {
+    case Socket::kFrontend: return frontend_;
+    case Socket::kBackend: return backend_;
+    case Socket::kControl: return control_;
+  }
+  return control_;
+}
+
+void BrokerServer::Run(const std::function<bool()>& stop) {
+  zmq::pollitem_t items[] = {
+      {frontend_.handle(), 0, ZMQ_POLLIN, 0},
+      {backend_.handle(), 0, ZMQ_POLLIN, 0},
+      {control_.handle(), 0, ZMQ_POLLIN, 0},
+  };
+  // Housekeeping runs twice per heartbeat so a heartbeat is never late by
+  // more than half an interval.
+  const Duration tick = options_.heartbeat / 2;
+  TimePoint next_tick = clock_.Now() + tick;
+  while (!stop()) {
+    TimePoint now = clock_.Now();
+    auto wait = std::chrono::duration_cast<Millis>(next_tick - now);
+    if (wait.count() < 0) wait = Millis(0);
+    PollNoThrow(items, 3, wait);
+    now = clock_.Now();
+    if (items[0].revents & ZMQ_POLLIN) Drain(frontend_, Socket::kFrontend, now);
+    if (items[1].revents & ZMQ_POLLIN) Drain(backend_, Socket::kBackend, now);
+    if (items[2].revents & ZMQ_POLLIN) Drain(control_, Socket::kControl, now);
+    core_.Pump(now);
+    Flush(now);
+    if (now >= next_tick) {
+      core_.Tick(now);
+      core_.Pump(now);  // batches requeued from dead workers
+      Flush(now);
+      next_tick = now + tick;
+    }
+  }
+}
+
+void BrokerServer::Drain(zmq::socket_t& socket, Socket which, TimePoint now) {
+  for (int i = 0; i < kBurst; ++i) {
+    if (!RecvMultipart(socket, &frames_)) return;
+    if (frames_.size() < 2) continue;  // a ROUTER always prepends the routing id
+    std::string_view identity(static_cast<const char*>(frames_[0].data()), frames_[0].size());
+    if (frames_.size() != 2) {
+      core_.OnBadInput(which, identity, proto::ErrorCode::kFrames,
+                       "expected one frame per message, got " +
+                           std::to_string(frames_.size() - 1));
+      continue;
+    }
+    proto::Decoded d = proto::Decode(frames_[1].data(), frames_[1].size(), limits_);
+    if (!d.ok()) {
+      core_.OnBadInput(which, identity, d.error, d.detail);
+      continue;
+    }
+    // `d.message` borrows from frames_[1], which lives until the next recv.
+    core_.OnMessage(which, identity, *d.message, now);
+  }
+}
+
+void BrokerServer::Flush(TimePoint now) {
+  Outbox& out = core_.outbox();
+  if (out.empty()) return;
+
+  // Dispatches first: workers idle until they get them.
+  std::vector<proto::DispatchItem> dispatch;
+  for (const std::string& worker_id : out.dispatch_workers) {
+    Worker* w = core_.workers().Find(worker_id);
+    if (w == nullptr || w->outgoing.empty()) continue;
+    dispatch.clear();
+    for (BatchSeq seq : w->outgoing) {
+      const Batch* b = core_.batches().Get(seq);
+      if (b != nullptr) dispatch.push_back({b->id, b->queue, b->attempts, b->payload});
+    }
+    bool sent = true;
+    SendChunked(
+        dispatch,
+        [&](std::size_t b, std::size_t e) {
+          return proto::Dispatch{{dispatch.begin() + b, dispatch.begin() + e}};
+        },
+        [](const proto::DispatchItem& d) { return d.payload.size() + d.id.size() + 16; },
+        [&](const proto::Dispatch& m) {
+          if (!sent) return;
+          proto::EncodeTo(m, &scratch_);
+          sent = SendRouted(backend_, w->identity, scratch_);
+        });
+    if (sent) {
+      w->outgoing.clear();
+    } else {
+      // Part of it may have gone; the worker is dropped and everything it
+      // held requeued, and results of what did arrive are still accepted.
+      core_.OnDispatchFailed(worker_id, now);
+    }
+  }
+
+  std::vector<std::string_view> accepted;
+  std::vector<proto::Rejection> rejected;
+  std::vector<proto::ResultItem> results;
+  for (auto& [identity, po] : out.producers) {
+    accepted.assign(po.accepted.begin(), po.accepted.end());
+    rejected.clear();
+    for (const auto& r : po.rejected) rejected.push_back({r.id, r.code, r.message});
+    // Rejections ride with the first ack message.
+    std::size_t acks_sent = 0;
+    auto send_ack = [&](const proto::Ack& m) {
+      proto::EncodeTo(m, &scratch_);
+      if (!SendRouted(frontend_, identity, scratch_)) core_.OnUndeliverable();
+      ++acks_sent;
+    };
+    SendChunked(
+        accepted,
+        [&](std::size_t b, std::size_t e) {
+          proto::Ack m{{accepted.begin() + b, accepted.begin() + e}, {}};
+          if (b == 0) m.rejected = rejected;
+          return m;
+        },
+        [](std::string_view id) { return id.size() + 2; }, send_ack);
+    if (acks_sent == 0 && !rejected.empty()) send_ack(proto::Ack{{}, rejected});
+
+    results.clear();
+    for (const std::string& id : po.results) {
+      const StoredResult* r = core_.results().Find(id);
+      if (r != nullptr) results.push_back({id, r->outcome, r->attempts, r->result, r->error});
+    }
+    for (const std::string& id : po.unknown) {
+      results.push_back({id, proto::Outcome::kUnknown, 0, "", "no such batch"});
+    }
+    // A producer that went away fetches its results after reconnecting.
+    SendChunked(
+        results,
+        [&](std::size_t b, std::size_t e) {
+          return proto::Result{{results.begin() + b, results.begin() + e}};
+        },
+        [](const proto::ResultItem& r) { return r.result.size() + r.error.size() + r.id.size() + 16; },
+        [&](const proto::Result& m) {
+          proto::EncodeTo(m, &scratch_);
+          if (!SendRouted(frontend_, identity, scratch_)) core_.OnUndeliverable();
+        });
+  }
+
+  for (const Outbox::Frame& f : out.frames) {
+    if (!SendRouted(SocketFor(f.socket), f.identity, f.body)) core_.OnUndeliverable();
+  }
+  out.clear();
+}
+
+void WriteReadyFile(const std::string& path, const BrokerServer& server) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << "frontend=" << server.frontend_endpoint() << "\n"
+      << "backend=" << server.backend_endpoint() << "\n"
+      << "control=" << server.control_endpoint() << "\n";
+    if (!f) throw std::runtime_error("cannot write ready file " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    throw std::runtime_error("cannot rename ready file to " + path);
+  }
+}
+
+}  // namespace fleet::broker

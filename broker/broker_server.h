@@ -1,0 +1,64 @@
+// BrokerServer: owns the broker's three ROUTER sockets and runs its one
+// event loop: poll, decode, hand to BrokerCore, dispatch, flush the outbox,
+// and tick housekeeping on a deadline. Nothing else touches the sockets.
+//
+// Not thread-safe. Run() returns when `stop` says so.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "broker/broker_core.h"
+#include "broker/broker_options.h"
+#include "common/clock.h"
+#include "common/codec.h"
+
+namespace fleet::broker {
+
+class BrokerServer {
+ public:
+  // Binds the three endpoints; throws std::runtime_error naming the one that
+  // failed. `clock` must outlive the server.
+  BrokerServer(const BrokerOptions& options, const Clock& clock);
+  BrokerServer(const BrokerServer&) = delete;
+  BrokerServer& operator=(const BrokerServer&) = delete;
+
+  // Runs until stop() returns true (checked at least every heartbeat).
+  void Run(const std::function<bool()>& stop);
+
+  // Endpoints as bound (a wildcard port resolved).
+  const std::string& frontend_endpoint() const { return frontend_endpoint_; }
+  const std::string& backend_endpoint() const { return backend_endpoint_; }
+  const std::string& control_endpoint() const { return control_endpoint_; }
+
+  BrokerCore& core() { return core_; }
+
+ private:
+  void Drain(zmq::socket_t& socket, Socket which, TimePoint now);
+  void Flush(TimePoint now);
+  zmq::socket_t& SocketFor(Socket which);
+
+  BrokerOptions options_;
+  const Clock& clock_;
+  BrokerCore core_;
+  proto::Limits limits_;
+  zmq::context_t context_;
+  zmq::socket_t frontend_;
+  zmq::socket_t backend_;
+  zmq::socket_t control_;
+  std::string frontend_endpoint_;
+  std::string backend_endpoint_;
+  std::string control_endpoint_;
+  std::vector<zmq::message_t> frames_;  // reused receive buffer
+  std::string scratch_;                 // reused encode buffer
+};
+
+// Writes the resolved endpoints as key=value lines (atomically: temp file,
+// then rename) for scripts and tests that bound to port 0.
+void WriteReadyFile(const std::string& path, const BrokerServer& server);
+
+}  // namespace fleet::broker

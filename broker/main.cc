@@ -1,0 +1,93 @@
+// fleet-broker: queues batches from producers and dispatches them to workers
+// on credit. See DESIGN.md and docs/protocol.md.
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <exception>
+
+#include "broker/broker_server.h"
+#include "common/flags.h"
+#include "common/log.h"
+#include "common/signals.h"
+
+int main(int argc, char** argv) {
+  using namespace fleet;
+  broker::BrokerOptions o;
+  std::string log_level = "info";
+  std::string metrics = "0.0.0.0:9750";
+  double blacklist_ttl_s = 120, heartbeat_ms = 1000, retention_s = 300;
+
+  CLI::App app("fleet-broker: queues batches from producers and dispatches them to "
+               "workers on credit");
+  app.add_option("--frontend", o.frontend, "endpoint for producers")->capture_default_str();
+  app.add_option("--backend", o.backend, "endpoint for workers")->capture_default_str();
+  app.add_option("--control", o.control, "endpoint for fleet-ctl and the autoscaler")
+      ->capture_default_str();
+  app.add_option("--max-queue", o.max_queue,
+                 "batches waiting for a worker, all queues; past it producers get 'queue full'")
+      ->capture_default_str()->check(CLI::Range(1ul, 100000000ul));
+  app.add_option("--max-attempts", o.max_attempts,
+                 "dispatches of one batch before it is dead-lettered with a failed result")
+      ->capture_default_str()->check(CLI::Range(1u, 100u));
+  app.add_option("--blacklist-ttl-seconds", blacklist_ttl_s,
+                 "how long a retired worker id gets no work if it comes back")
+      ->capture_default_str()->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--heartbeat-ms", heartbeat_ms, "heartbeat interval to workers")
+      ->capture_default_str()->check(CLI::Range(10.0, 60000.0));
+  app.add_option("--liveness", o.liveness,
+                 "missed heartbeats before a worker is declared dead and its batches requeued")
+      ->capture_default_str()->check(CLI::Range(2u, 100u));
+  app.add_option("--result-retention-seconds", retention_s,
+                 "how long finished results are kept for re-submits and fetches")
+      ->capture_default_str()->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--max-retained-results", o.max_retained_results,
+                 "results kept at most for re-submits and fetches")
+      ->capture_default_str()->check(CLI::Range(1ul, 100000000ul));
+  app.add_option("--max-batch-bytes", o.max_batch_bytes, "largest payload of one batch")
+      ->capture_default_str()->check(CLI::Range(1ul, 1ul << 30));
+  app.add_option("--max-message-bytes", o.max_message_bytes,
+                 "largest message (one frame) accepted from any peer")
+      ->capture_default_str()->check(CLI::Range(1024ul, 1ul << 30));
+  app.add_option("--metrics", metrics,
+                 "address for the Prometheus /metrics endpoint (served from the metrics issue "
+                 "on; accepted now so deployments can set it)")
+      ->capture_default_str();
+  app.add_option("--ready-file", o.ready_file,
+                 "write the bound endpoints (key=value lines) to this file once listening");
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
+  if (int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
+
+  try {
+    SetupLogging("fleet-broker", log_level);
+    if (o.max_message_bytes < o.max_batch_bytes + 1024) {
+      throw std::invalid_argument("--max-message-bytes must exceed --max-batch-bytes");
+    }
+    o.blacklist_ttl = std::chrono::duration_cast<Duration>(
+        std::chrono::duration<double>(blacklist_ttl_s));
+    o.heartbeat = std::chrono::duration_cast<Duration>(
+        std::chrono::duration<double, std::milli>(heartbeat_ms));
+    o.result_retention = std::chrono::duration_cast<Duration>(
+        std::chrono::duration<double>(retention_s));
+    InstallStopSignals();
+    SteadyClock clock;
+    broker::BrokerServer server(o, clock);
+    if (!o.ready_file.empty()) broker::WriteReadyFile(o.ready_file, server);
+    spdlog::info(
+        "listening: frontend {} backend {} control {}; max-queue {} max-attempts {} "
+        "blacklist-ttl {} s; in-memory queue (batches do not survive a broker restart)",
+        server.frontend_endpoint(), server.backend_endpoint(), server.control_endpoint(),
+        o.max_queue, o.max_attempts, blacklist_ttl_s);
+    server.Run([] { return StopRequested(); });
+    const auto& b = server.core().batches();
+    spdlog::info("stopping on signal {}: {} batches queued and {} in flight are dropped "
+                 "(producers re-submit them); submitted {} completed {}",
+                 StopSignal(), b.queued(), b.running(), server.core().counters().submitted,
+                 server.core().counters().completed_ok +
+                     server.core().counters().completed_failed);
+    return 0;
+  } catch (const std::exception& e) {
+    spdlog::error("fleet-broker: {}", e.what());
+    return 1;
+  }
+}

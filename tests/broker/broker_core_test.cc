@@ -1,0 +1,368 @@
+#include "broker/broker_core.h"
+
+#include <gtest/gtest.h>
+
+#include "common/codec.h"
+
+namespace fleet::broker {
+namespace {
+
+using proto::ErrorCode;
+using proto::Outcome;
+
+class BrokerCoreTest : public ::testing::Test {
+ protected:
+  BrokerCoreTest() { Reset(BrokerOptions()); }
+
+  void Reset(BrokerOptions o) {
+    o.heartbeat = std::chrono::milliseconds(1000);
+    o.liveness = 3;
+    opts_ = o;
+    core_ = std::make_unique<BrokerCore>(opts_);
+  }
+
+  void Submit(const std::string& producer, std::vector<std::string> ids,
+              const std::string& queue = "") {
+    proto::Submit m;
+    for (const auto& id : ids) m.batches.push_back({id, queue, "payload-" + id});
+    // Views must stay valid for the call only.
+    core_->OnMessage(Socket::kFrontend, producer, m, clock_.Now());
+  }
+  void Hello(const std::string& ident, const std::string& id, uint32_t credit,
+             uint32_t concurrency = 0) {
+    core_->OnMessage(Socket::kBackend, ident,
+                     proto::Hello{id, concurrency ? concurrency : credit, credit, {}},
+                     clock_.Now());
+  }
+  void Done(const std::string& ident, const std::string& batch, uint32_t credit = 1,
+            Outcome outcome = Outcome::kOk) {
+    core_->OnMessage(Socket::kBackend, ident,
+                     proto::Done{credit, {{batch, 1, outcome, "out-" + batch, ""}}},
+                     clock_.Now());
+  }
+  ErrorCode Control(const std::string& op, std::vector<std::string> args) {
+    std::vector<std::string_view> views(args.begin(), args.end());
+    core_->OnMessage(Socket::kControl, "ctl", proto::Control{++req_, op, views}, clock_.Now());
+    auto& frames = core_->outbox().frames;
+    for (auto it = frames.begin(); it != frames.end(); ++it) {
+      if (it->socket != Socket::kControl) continue;
+      auto d = proto::Decode(it->body.data(), it->body.size());
+      if (auto* r = std::get_if<proto::ControlReply>(&*d.message)) {
+        ErrorCode code = r->code;
+        last_reply_ = std::string(r->message);
+        frames.erase(it);
+        return code;
+      }
+    }
+    ADD_FAILURE() << "no control reply";
+    return ErrorCode::kMalformed;
+  }
+
+  // Pumps, then takes what would be dispatched to `worker` (ids) and clears
+  // the outbox as the server's flush does.
+  std::map<std::string, std::vector<std::string>> PumpAndFlush() {
+    core_->Pump(clock_.Now());
+    std::map<std::string, std::vector<std::string>> sent;
+    for (auto& wid : core_->outbox().dispatch_workers) {
+      Worker* w = core_->workers().Find(wid);
+      if (w == nullptr) continue;
+      for (BatchSeq s : w->outgoing) sent[wid].push_back(core_->batches().Get(s)->id);
+      w->outgoing.clear();
+    }
+    for (auto& [ident, po] : core_->outbox().producers) {
+      for (auto& id : po.results) results_[ident].push_back(id);
+      for (auto& id : po.accepted) accepted_[ident].push_back(id);
+      for (auto& r : po.rejected) rejected_[ident].push_back(r.code);
+      for (auto& id : po.unknown) unknown_[ident].push_back(id);
+    }
+    for (auto& f : core_->outbox().frames) {
+      auto d = proto::Decode(f.body.data(), f.body.size());
+      EXPECT_TRUE(d.ok()) << d.detail;
+      if (!d.ok()) continue;
+      frames_[f.identity].push_back(proto::CommandOf(*d.message));
+      if (auto* s = std::get_if<proto::Stop>(&*d.message)) stops_[f.identity] = std::string(s->reason);
+    }
+    core_->outbox().clear();
+    return sent;
+  }
+
+  size_t CountFrames(const std::string& ident, proto::Command c) {
+    size_t n = 0;
+    for (auto x : frames_[ident]) n += x == c;
+    return n;
+  }
+
+  FakeClock clock_;
+  BrokerOptions opts_;
+  std::unique_ptr<BrokerCore> core_;
+  std::uint64_t req_ = 0;
+  std::string last_reply_;
+  std::map<std::string, std::vector<std::string>> results_, accepted_, unknown_;
+  std::map<std::string, std::vector<ErrorCode>> rejected_;
+  std::map<std::string, std::vector<proto::Command>> frames_;
+  std::map<std::string, std::string> stops_;
+};
+
+TEST_F(BrokerCoreTest, NeverDispatchesMoreThanCredit) {
+  Hello("W1", "w1", 2);
+  Submit("P", {"a", "b", "c", "d", "e"});
+  auto sent = PumpAndFlush();
+  ASSERT_EQ(sent["w1"].size(), 2u);
+  EXPECT_EQ(core_->workers().Find("w1")->held.size(), 2u);
+  EXPECT_EQ(core_->batches().queued(), 3u);
+  // Nothing more without new credit.
+  EXPECT_TRUE(PumpAndFlush().empty());
+  Done("W1", "a", 1);
+  sent = PumpAndFlush();
+  ASSERT_EQ(sent["w1"].size(), 1u);
+  EXPECT_EQ(sent["w1"][0], "c");
+  EXPECT_EQ(results_["P"], std::vector<std::string>{"a"});
+  // Credit beyond concurrency - held is ignored.
+  Done("W1", "b", 50);
+  sent = PumpAndFlush();
+  EXPECT_EQ(sent["w1"].size(), 1u);
+  EXPECT_LE(core_->workers().Find("w1")->held.size(), 2u);
+}
+
+TEST_F(BrokerCoreTest, SpreadsWorkAcrossReadyWorkers) {
+  Hello("W1", "w1", 4);
+  Hello("W2", "w2", 4);
+  Submit("P", {"a", "b", "c", "d"});
+  auto sent = PumpAndFlush();
+  EXPECT_EQ(sent["w1"].size(), 2u);
+  EXPECT_EQ(sent["w2"].size(), 2u);
+}
+
+TEST_F(BrokerCoreTest, WorkerSilentPastLivenessIsDeadAndItsBatchesRequeued) {
+  Hello("W1", "w1", 1);
+  Submit("P", {"a"});
+  PumpAndFlush();
+  clock_.Advance(std::chrono::milliseconds(2900));
+  core_->Tick(clock_.Now());
+  EXPECT_NE(core_->workers().Find("w1"), nullptr);
+  clock_.Advance(std::chrono::milliseconds(200));
+  core_->Tick(clock_.Now());
+  EXPECT_EQ(core_->workers().Find("w1"), nullptr);
+  EXPECT_EQ(core_->counters().requeued, 1u);
+  EXPECT_EQ(core_->counters().workers_dead, 1u);
+  EXPECT_EQ(core_->batches().queued(), 1u);
+  Hello("W2", "w2", 1);
+  auto sent = PumpAndFlush();
+  ASSERT_EQ(sent["w2"], std::vector<std::string>{"a"});
+  EXPECT_EQ(core_->batches().Get(*core_->batches().FindId("a"))->attempts, 2u);
+}
+
+TEST_F(BrokerCoreTest, HeartbeatsIdleWorkersAndHeartbeatKeepsThemAlive) {
+  Hello("W1", "w1", 1);
+  PumpAndFlush();
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(std::chrono::milliseconds(1000));
+    core_->OnMessage(Socket::kBackend, "W1", proto::Heartbeat{}, clock_.Now());
+    core_->Tick(clock_.Now());
+    PumpAndFlush();
+  }
+  EXPECT_NE(core_->workers().Find("w1"), nullptr);
+  EXPECT_GE(CountFrames("W1", proto::Command::kHeartbeat), 9u);
+}
+
+TEST_F(BrokerCoreTest, LateResultFromDeadWorkerAcceptedOnceThenDuplicatesDropped) {
+  Hello("W1", "w1", 1);
+  Submit("P", {"a"});
+  PumpAndFlush();
+  clock_.Advance(std::chrono::seconds(4));
+  core_->Tick(clock_.Now());
+  Hello("W2", "w2", 1);
+  PumpAndFlush();  // a goes to w2
+  // w1 comes back (SIGCONT) and reports a: accepted, it has no result yet.
+  Done("W1", "a");
+  PumpAndFlush();
+  EXPECT_EQ(results_["P"].size(), 1u);
+  EXPECT_EQ(CountFrames("W1", proto::Command::kReset), 1u);
+  EXPECT_TRUE(core_->workers().Find("w2")->held.empty());
+  // w2's result for the same batch is a duplicate.
+  Done("W2", "a");
+  PumpAndFlush();
+  EXPECT_EQ(results_["P"].size(), 1u);
+  EXPECT_EQ(core_->counters().duplicates, 1u);
+  EXPECT_EQ(core_->counters().completed_ok, 1u);
+}
+
+TEST_F(BrokerCoreTest, DeadLettersAfterMaxAttemptsWithReason) {
+  BrokerOptions o;
+  o.max_attempts = 2;
+  Reset(o);
+  for (int round = 0; round < 2; ++round) {
+    std::string ident = "W" + std::to_string(round);
+    if (round == 0) Submit("P", {"poison"});
+    Hello(ident, "w" + std::to_string(round), 1);
+    PumpAndFlush();
+    clock_.Advance(std::chrono::seconds(4));
+    core_->Tick(clock_.Now());
+    PumpAndFlush();
+  }
+  ASSERT_EQ(results_["P"], std::vector<std::string>{"poison"});
+  const StoredResult* r = core_->results().Find("poison");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->outcome, Outcome::kFailed);
+  EXPECT_NE(r->error.find("dead-lettered after 2 attempts"), std::string::npos) << r->error;
+  EXPECT_EQ(core_->counters().dead_lettered, 1u);
+}
+
+TEST_F(BrokerCoreTest, QueueFullIsRejectedNotDropped) {
+  BrokerOptions o;
+  o.max_queue = 2;
+  Reset(o);
+  Submit("P", {"a", "b", "c"});
+  PumpAndFlush();
+  EXPECT_EQ(accepted_["P"].size(), 2u);
+  ASSERT_EQ(rejected_["P"].size(), 1u);
+  EXPECT_EQ(rejected_["P"][0], ErrorCode::kQueueFull);
+  EXPECT_EQ(core_->counters().rejected_queue_full, 1u);
+}
+
+TEST_F(BrokerCoreTest, OversizedAndEmptyIdBatchesAreRejectedAlone) {
+  BrokerOptions o;
+  o.max_batch_bytes = 4;
+  Reset(o);
+  core_->OnMessage(Socket::kFrontend, "P",
+                   proto::Submit{{{"ok", "", "1234"}, {"big", "", "12345"}, {"", "", "1"}}},
+                   clock_.Now());
+  PumpAndFlush();
+  EXPECT_EQ(accepted_["P"], std::vector<std::string>{"ok"});
+  ASSERT_EQ(rejected_["P"].size(), 2u);
+  EXPECT_EQ(rejected_["P"][0], ErrorCode::kTooLarge);
+  EXPECT_EQ(rejected_["P"][1], ErrorCode::kInvalidArgument);
+}
+
+TEST_F(BrokerCoreTest, ResubmittedIdIsNeverRunTwice) {
+  Hello("W1", "w1", 4);
+  Submit("P", {"a"});
+  Submit("P", {"a"});  // queued: same batch
+  auto sent = PumpAndFlush();
+  EXPECT_EQ(sent["w1"].size(), 1u);
+  Submit("P2", {"a"});  // running: re-owned by the new connection
+  PumpAndFlush();
+  Done("W1", "a");
+  PumpAndFlush();
+  EXPECT_TRUE(results_["P"].empty());
+  EXPECT_EQ(results_["P2"].size(), 1u);
+  Submit("P3", {"a"});  // finished: the stored result, not a new run
+  sent = PumpAndFlush();
+  EXPECT_TRUE(sent.empty());
+  EXPECT_EQ(results_["P3"].size(), 1u);
+  EXPECT_EQ(core_->counters().submitted, 1u);
+  EXPECT_EQ(core_->counters().resubmitted, 3u);
+}
+
+TEST_F(BrokerCoreTest, FetchAnswersFinishedAndUnknownIds) {
+  Hello("W1", "w1", 1);
+  Submit("P", {"a"});
+  PumpAndFlush();
+  Done("W1", "a");
+  PumpAndFlush();
+  core_->OnMessage(Socket::kFrontend, "P9", proto::Fetch{{"a", "nope"}}, clock_.Now());
+  PumpAndFlush();
+  EXPECT_EQ(results_["P9"], std::vector<std::string>{"a"});
+  EXPECT_EQ(unknown_["P9"], std::vector<std::string>{"nope"});
+}
+
+TEST_F(BrokerCoreTest, RetireIfIdleRefusedWhileBusyAndRetireDrainsThenStops) {
+  Hello("W1", "w1", 2);
+  Submit("P", {"a"});
+  PumpAndFlush();
+  EXPECT_EQ(Control("retire-if-idle", {"w1"}), ErrorCode::kBusy);
+  EXPECT_FALSE(core_->workers().Find("w1")->retiring);
+  EXPECT_EQ(Control("retire", {"w1"}), ErrorCode::kOk);
+  Submit("P", {"b"});
+  auto sent = PumpAndFlush();
+  EXPECT_TRUE(sent.empty()) << "retiring worker got new work";
+  EXPECT_EQ(CountFrames("W1", proto::Command::kStop), 0u);
+  Done("W1", "a");
+  PumpAndFlush();
+  EXPECT_EQ(CountFrames("W1", proto::Command::kStop), 1u);
+  EXPECT_EQ(results_["P"].size(), 1u);
+  EXPECT_EQ(core_->counters().completed_failed, 0u);
+  core_->OnMessage(Socket::kBackend, "W1", proto::Bye{}, clock_.Now());
+  EXPECT_EQ(core_->workers().Find("w1"), nullptr);
+  // Coming back within the TTL: told to stop, no work.
+  Hello("W1b", "w1", 2);
+  sent = PumpAndFlush();
+  EXPECT_TRUE(sent.empty());
+  EXPECT_EQ(CountFrames("W1b", proto::Command::kStop), 1u);
+  EXPECT_NE(stops_["W1b"].find("blacklisted"), std::string::npos);
+  EXPECT_EQ(core_->workers().Find("w1"), nullptr);
+  // After the TTL it may work again.
+  clock_.Advance(opts_.blacklist_ttl + std::chrono::seconds(1));
+  core_->Tick(clock_.Now());
+  Hello("W1c", "w1", 2);
+  sent = PumpAndFlush();
+  EXPECT_EQ(sent["w1"], std::vector<std::string>{"b"});
+}
+
+TEST_F(BrokerCoreTest, RetireIfIdleStopsAnIdleWorkerAtOnce) {
+  Hello("W1", "w1", 1);
+  PumpAndFlush();
+  EXPECT_EQ(Control("retire-if-idle", {"w1"}), ErrorCode::kOk);
+  PumpAndFlush();
+  EXPECT_EQ(CountFrames("W1", proto::Command::kStop), 1u);
+  EXPECT_EQ(core_->workers().Find("w1")->state(), WorkerState::kRetiring);
+}
+
+TEST_F(BrokerCoreTest, UnretireCancelsRetirementOfAConnectedWorker) {
+  Hello("W1", "w1", 1);
+  Submit("P", {"a"});
+  PumpAndFlush();
+  EXPECT_EQ(Control("retire", {"w1"}), ErrorCode::kOk);
+  EXPECT_EQ(Control("unretire", {"w1"}), ErrorCode::kOk);
+  EXPECT_FALSE(core_->blacklist().Contains("w1", clock_.Now()));
+  Done("W1", "a");
+  Submit("P", {"b"});
+  auto sent = PumpAndFlush();
+  EXPECT_EQ(sent["w1"], std::vector<std::string>{"b"});
+  EXPECT_EQ(CountFrames("W1", proto::Command::kStop), 0u);
+  EXPECT_EQ(Control("unretire", {"w1"}), ErrorCode::kNotRetiring);
+  EXPECT_EQ(Control("retire", {"nobody"}), ErrorCode::kUnknownWorker);
+  EXPECT_EQ(Control("explode", {}), ErrorCode::kInvalidArgument);
+}
+
+TEST_F(BrokerCoreTest, DrainingWorkerGetsNothingNewAndIsNotBlacklisted) {
+  Hello("W1", "w1", 2);
+  core_->OnMessage(Socket::kBackend, "W1", proto::Drain{}, clock_.Now());
+  Submit("P", {"a"});
+  EXPECT_TRUE(PumpAndFlush().empty());
+  core_->OnMessage(Socket::kBackend, "W1", proto::Bye{}, clock_.Now());
+  EXPECT_FALSE(core_->blacklist().Contains("w1", clock_.Now()));
+}
+
+TEST_F(BrokerCoreTest, ReconnectFromNewConnectionRequeuesWhatTheOldHeld) {
+  Hello("W1", "w1", 1);
+  Submit("P", {"a"});
+  PumpAndFlush();
+  Hello("W1-new", "w1", 1);
+  auto sent = PumpAndFlush();
+  EXPECT_EQ(sent["w1"], std::vector<std::string>{"a"});
+  EXPECT_EQ(core_->workers().Find("w1")->identity, "W1-new");
+}
+
+TEST_F(BrokerCoreTest, BadInputIsCountedAndAnsweredWithError) {
+  core_->OnBadInput(Socket::kFrontend, "X", ErrorCode::kMalformed, "junk");
+  // A worker command on the producer socket.
+  core_->OnMessage(Socket::kFrontend, "X", proto::Heartbeat{}, clock_.Now());
+  PumpAndFlush();
+  EXPECT_EQ(core_->counters().malformed, 2u);
+  EXPECT_EQ(CountFrames("X", proto::Command::kError), 2u);
+}
+
+TEST_F(BrokerCoreTest, IdleSecondsCountFromLastResult) {
+  Hello("W1", "w1", 1);
+  Submit("P", {"a"});
+  PumpAndFlush();
+  clock_.Advance(std::chrono::seconds(5));
+  EXPECT_EQ(core_->workers().Find("w1")->IdleSeconds(clock_.Now()), 0.0);
+  Done("W1", "a");
+  clock_.Advance(std::chrono::seconds(2));
+  EXPECT_DOUBLE_EQ(core_->workers().Find("w1")->IdleSeconds(clock_.Now()), 2.0);
+}
+
+}  // namespace
+}  // namespace fleet::broker

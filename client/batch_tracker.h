@@ -1,0 +1,134 @@
+// BatchTracker: the producer's book of batches that have no result yet. Pure
+// state: no sockets, no clock (every call that needs the time takes `now`).
+//
+// Owns a copy of every outstanding batch (id, queue, payload) from Add until
+// Complete, because the broker may lose an accepted batch (a restart) and the
+// producer must then submit it again with the same id and payload.
+//
+// A batch is in one of four states:
+//   pending   - added, never sent; waits in a FIFO for a window slot.
+//   resubmit  - holds a window slot and must be (re)sent as soon as possible:
+//               a queue-full retry that came due, or an id the broker said it
+//               does not know.
+//   sent      - submitted (or accepted); a resend deadline is armed. When it
+//               passes the producer fetches the id, and the deadline re-arms.
+//   retry     - rejected with queue_full; waits out its backoff, then becomes
+//               resubmit. Backoff doubles per consecutive rejection.
+// Every state but pending holds one slot of the in-flight window, so a full
+// broker queue cannot make the producer churn through its whole backlog.
+//
+// Not thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/clock.h"
+
+namespace fleet::client {
+
+// Lets the map below be searched with a string_view (C++20 heterogeneous
+// lookup) without building a temporary std::string per id.
+struct IdHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept {
+    return std::hash<std::string_view>()(s);
+  }
+};
+
+class BatchTracker {
+ public:
+  struct Options {
+    std::size_t window = 1000;  // batches in flight at most; 1..1'000'000
+    // Queue-full retry backoff: first wait, doubled per rejection, capped.
+    Duration retry_initial = std::chrono::milliseconds(10);
+    Duration retry_max = std::chrono::seconds(1);
+    // A batch sent this long ago with no result is fetched; > 0.
+    Duration resend_after = std::chrono::seconds(10);
+  };
+
+  struct Batch {
+    std::string id;
+    std::string queue;
+    std::string payload;
+  };
+
+  explicit BatchTracker(Options options);
+
+  // Copies the batch into the pending FIFO. Returns false (and keeps
+  // nothing) when `id` is already outstanding.
+  bool Add(std::string_view id, std::string_view queue,
+           std::string_view payload);
+
+  // Appends to `out` the batches to send now, in order: resubmits first, then
+  // pending ones while the window has room; stops at `max_batches` or once
+  // about `max_bytes` are taken (always at least one if any is sendable).
+  // Changes nothing: the pointers stay valid until the next non-const call.
+  void PeekSendable(std::size_t max_batches, std::size_t max_bytes,
+                    std::vector<const Batch*>* out) const;
+
+  // Marks the first `count` batches PeekSendable returned as sent at `now`.
+  void MarkSent(std::size_t count, TimePoint now);
+
+  // The broker accepted `id`: re-arms its resend deadline and resets its
+  // backoff. Returns false when `id` is not outstanding or not sent.
+  bool OnAccepted(std::string_view id, TimePoint now);
+
+  // The broker's queue was full: `id` waits out its backoff. Returns false
+  // when `id` is not outstanding or not sent.
+  bool OnQueueFull(std::string_view id, TimePoint now);
+
+  // The broker does not know `id` (its answer to a fetch): `id` is to be
+  // submitted again. Returns false when `id` is not outstanding or already
+  // waiting to be sent again (nothing to do).
+  bool OnUnknown(std::string_view id);
+
+  // `id` has its final answer: forgets it. Returns false when `id` is not
+  // outstanding or was never sent (a stray or duplicate result).
+  bool Complete(std::string_view id);
+
+  // Moves retries whose backoff ended at or before `now` to resubmit and
+  // appends to `fetch` the ids whose resend deadline passed (re-armed at
+  // now + resend_after).
+  void Due(TimePoint now, std::vector<std::string>* fetch);
+
+  // The earliest armed deadline, if any.
+  std::optional<TimePoint> NextDeadline() const;
+
+  std::size_t outstanding() const { return batches_.size(); }
+  std::size_t pending() const { return pending_.size(); }
+  std::size_t in_flight() const { return batches_.size() - pending_.size(); }
+  std::size_t resubmits() const { return resubmit_.size(); }
+
+ private:
+  enum class State { kPending, kResubmit, kSent, kRetry };
+  struct Entry {
+    Batch batch;
+    State state = State::kPending;
+    TimePoint deadline{};  // resend (kSent) or retry (kRetry) time
+    Duration backoff{};    // the next queue-full wait
+  };
+  using Timer = std::pair<TimePoint, std::string>;
+
+  Entry* Find(std::string_view id);
+  void Arm(Entry& entry, TimePoint deadline);
+  void Disarm(Entry& entry);
+
+  Options options_;
+  // Key: batch id. Node-based, so Batch pointers survive rehashing.
+  std::unordered_map<std::string, Entry, IdHash, std::equal_to<>> batches_;
+  std::deque<std::string> pending_;   // ids in state kPending, FIFO
+  std::deque<std::string> resubmit_;  // ids in state kResubmit, FIFO
+  std::set<Timer> timers_;            // (deadline, id) of kSent and kRetry
+};
+
+}  // namespace fleet::client

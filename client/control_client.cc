@@ -1,0 +1,93 @@
+#include "client/control_client.h"
+
+#include <spdlog/spdlog.h>
+
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "common/signals.h"
+
+namespace fleet::client {
+namespace {
+
+// The request_id a reply answers; nullopt for ERROR (it carries none) and
+// for anything that is not a control reply.
+std::optional<std::uint64_t> ReplyId(const proto::Message& m) {
+  if (const auto* r = std::get_if<proto::ControlReply>(&m)) {
+    return r->request_id;
+  }
+  if (const auto* r = std::get_if<proto::WorkersReply>(&m)) {
+    return r->request_id;
+  }
+  if (const auto* r = std::get_if<proto::StatsReply>(&m)) {
+    return r->request_id;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ControlClient::ControlClient(zmq::context_t& context, Options options)
+    : options_(std::move(options)),
+      socket_(context, zmq::socket_type::dealer) {
+  ApplySocketOptions(socket_, options_.socket, /*router=*/false);
+  // Without a connection a request is not queued (it would reach a broker
+  // that starts later, long after we gave up); we wait for POLLOUT instead.
+  socket_.set(zmq::sockopt::immediate, 1);
+  socket_.connect(options_.endpoint);
+}
+
+bool ControlClient::WaitFor(short events, TimePoint deadline,
+                            bool stop_at_entry) {
+  while (true) {
+    auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    if (!stop_at_entry && StopRequested()) return false;
+    zmq::pollitem_t item{socket_.handle(), 0, events, 0};
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
+    if (PollNoThrow(&item, 1, left) > 0 && (item.revents & events)) {
+      return true;
+    }
+  }
+}
+
+std::optional<ControlResponse> ControlClient::Call(
+    proto::Control request, std::chrono::milliseconds timeout) {
+  const TimePoint deadline = std::chrono::steady_clock::now() + timeout;
+  const bool stop_at_entry = StopRequested();
+  request.request_id = next_request_id_++;
+  proto::EncodeTo(request, &buffer_);
+
+  if (!WaitFor(ZMQ_POLLOUT, deadline, stop_at_entry)) return std::nullopt;
+  if (!SendFrame(socket_, buffer_, /*block=*/false)) return std::nullopt;
+
+  std::vector<zmq::message_t> frames;
+  while (WaitFor(ZMQ_POLLIN, deadline, stop_at_entry)) {
+    while (RecvMultipart(socket_, &frames)) {
+      if (frames.size() != 1) {
+        ++stale_replies_;
+        continue;
+      }
+      auto frame = std::make_unique<zmq::message_t>(std::move(frames[0]));
+      proto::Decoded decoded =
+          proto::Decode(frame->data(), frame->size(), options_.limits);
+      if (!decoded.ok()) {
+        ++stale_replies_;
+        spdlog::warn("undecodable reply from {}: {}", options_.endpoint,
+                     decoded.detail);
+        continue;
+      }
+      const proto::Message& m = *decoded.message;
+      bool is_error = std::holds_alternative<proto::Error>(m);
+      if (!is_error && ReplyId(m) != request.request_id) {
+        ++stale_replies_;  // an answer to a call that timed out
+        continue;
+      }
+      return ControlResponse{std::move(frame), std::move(*decoded.message)};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace fleet::client

@@ -1,0 +1,133 @@
+// Producer: the client side of the broker's frontend. Submits batches over
+// one DEALER socket with a bounded in-flight window, coalesces many batches
+// into one SUBMIT, retries queue-full rejections with backoff, fetches
+// batches whose result is overdue and submits again the ones the broker lost,
+// and hands each submitted id's result to a callback exactly once.
+//
+// Owns its socket (connected to Options::endpoint) and a copy of every batch
+// without a result (see BatchTracker). Borrows the ZeroMQ context and the
+// clock, which must outlive it. Move-only.
+//
+// Not thread-safe: one thread calls Submit and Poll (the process's loop).
+#pragma once
+
+#include <zmq.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "client/batch_tracker.h"
+#include "common/clock.h"
+#include "common/codec.h"
+#include "common/protocol.h"
+#include "common/zmq_util.h"
+
+namespace fleet::client {
+
+// One batch's final answer. Views are valid only during the callback.
+struct ResultView {
+  std::string_view id;
+  proto::Outcome outcome = proto::Outcome::kOk;  // kOk or kFailed
+  std::uint32_t attempts = 0;  // 0 when the broker rejected the batch
+  std::string_view result;     // the handler's output
+  std::string_view error;      // why it failed; "" when ok
+};
+
+class Producer {
+ public:
+  struct Options {
+    std::string endpoint = "tcp://127.0.0.1:5555";
+    // Batches handed to the broker and without a result; 1..1'000'000.
+    std::size_t max_in_flight = 1000;
+    // Coalescing caps for one SUBMIT (or FETCH): batches (1..65536) and
+    // approximate bytes. A lone batch larger than max_message_bytes still
+    // goes out alone.
+    std::size_t max_batches_per_message = 256;
+    std::size_t max_message_bytes = 1u << 20;
+    // Queue-full retry: first wait, doubled per rejection of the same batch,
+    // capped. Milliseconds to seconds.
+    Duration retry_initial = std::chrono::milliseconds(10);
+    Duration retry_max = std::chrono::seconds(1);
+    // A batch sent this long ago without a result is fetched; if the broker
+    // answers "unknown" it is submitted again. Seconds to minutes.
+    Duration resend_after = std::chrono::seconds(10);
+    SocketLimits socket;
+    proto::Limits limits;  // applied to what the broker sends, and to Submit
+  };
+
+  struct Counters {
+    std::uint64_t submit_messages = 0;     // SUBMIT messages sent
+    std::uint64_t acks = 0;                // ACK messages received
+    std::uint64_t accepted = 0;            // batches the broker accepted
+    std::uint64_t queue_full_retries = 0;  // queue_full rejections
+    std::uint64_t rejected = 0;            // final rejections (also local)
+    std::uint64_t results = 0;             // results handed to the callback
+    std::uint64_t duplicates_dropped = 0;  // results for ids not outstanding
+    std::uint64_t fetches = 0;             // ids fetched because overdue
+    std::uint64_t resends = 0;             // ids submitted again (unknown)
+    std::uint64_t errors = 0;              // ERROR messages from the broker
+    std::uint64_t malformed = 0;           // frames we could not decode
+  };
+
+  using ResultCallback = std::function<void(const ResultView&)>;
+
+  // Connects (lazily: ZeroMQ connects in the background). Throws
+  // zmq::error_t on a malformed endpoint. `on_result` must not call Poll.
+  Producer(zmq::context_t& context, Options options, ResultCallback on_result,
+           const Clock& clock);
+  Producer(Producer&&) = default;
+  Producer& operator=(Producer&&) = delete;
+
+  // Copies the batch into the pending FIFO; it is sent by Poll when the
+  // window has room. An empty queue means "default". Returns false (and
+  // takes nothing) when `id` is already outstanding. A batch the codec
+  // limits forbid (empty or long id, large payload) is accepted here and
+  // reported by the next Poll as a failed result with attempts 0.
+  bool Submit(std::string_view id, std::string_view queue,
+              std::string_view payload);
+
+  // Runs the I/O once: sends what the window allows, waits up to `timeout`
+  // (less when a retry or resend comes due, 0 if a result is already
+  // waiting) for the broker, handles everything received and calls the
+  // result callback. Returns the number of results delivered. Returns early
+  // on a signal. Throws only on ZeroMQ failures that are not the peer's.
+  std::size_t Poll(std::chrono::milliseconds timeout);
+
+  // Submitted and without a result yet (pending + in flight).
+  std::size_t outstanding() const { return tracker_.outstanding(); }
+  // Handed to the broker (or waiting to be handed again) without a result.
+  std::size_t in_flight() const { return tracker_.in_flight(); }
+  // Submitted, not yet sent: waiting for a window slot.
+  std::size_t pending() const { return tracker_.pending(); }
+  const Counters& counters() const { return counters_; }
+
+ private:
+  void Flush(TimePoint now);
+  bool FlushSubmits(TimePoint now);
+  bool FlushFetches();
+  std::size_t Receive(TimePoint now);
+  std::size_t Handle(const proto::Message& message, TimePoint now);
+  std::size_t DeliverLocalRejections();
+  void Deliver(const ResultView& view);
+
+  Options options_;
+  ResultCallback on_result_;
+  const Clock* clock_;
+  zmq::socket_t socket_;
+  BatchTracker tracker_;
+  std::vector<std::string> fetch_queue_;  // ids to FETCH, not yet sent
+  // Batches that failed local validation: (id, message), reported by Poll.
+  std::vector<std::pair<std::string, std::string>> local_rejections_;
+  bool send_blocked_ = false;  // the socket refused a send: wait for POLLOUT
+  std::string buffer_;         // reused encode buffer
+  std::vector<const BatchTracker::Batch*> sendable_;  // reused
+  std::vector<zmq::message_t> frames_;                // reused
+  Counters counters_;
+};
+
+}  // namespace fleet::client

@@ -1,0 +1,239 @@
+// fleet-submit: submits batches to the broker's frontend, waits for their
+// results and prints one summary line. Exit 0 when every batch got a result,
+// 1 when some were lost, 2 on bad flags or a setup error.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+
+#include "client/producer.h"
+#include "client/submit_output.h"
+#include "common/clock.h"
+#include "common/flags.h"
+#include "common/log.h"
+#include "common/signals.h"
+
+namespace {
+
+using fleet::client::Producer;
+using fleet::client::ResultView;
+using fleet::client::SubmitSummary;
+
+struct Config {
+  std::string broker = "tcp://127.0.0.1:5555";
+  std::uint64_t count = 1000;
+  std::size_t size = 100;
+  std::optional<std::string> payload;
+  std::string input;
+  std::size_t inflight = 1000;
+  std::string queue = "default";
+  std::string output;
+  double timeout_seconds = 0;
+  std::string log_level = "info";
+};
+
+// Where payloads come from: --input lines, or --count copies of --payload or
+// of a generated one. Reads lazily, so a large input is never all in memory.
+class PayloadSource {
+ public:
+  explicit PayloadSource(const Config& config) : config_(config) {
+    if (config.input.empty()) return;
+    if (config.input == "-") {
+      in_ = &std::cin;
+      return;
+    }
+    file_.open(config.input);
+    if (!file_) throw std::runtime_error("cannot read --input " + config.input);
+    in_ = &file_;
+  }
+
+  // Fills `payload` for batch `id`; false once there are no more.
+  bool Next(const std::string& id, std::string* payload) {
+    if (in_ != nullptr) {
+      if (!std::getline(*in_, *payload)) return false;
+      if (!payload->empty() && payload->back() == '\r') payload->pop_back();
+      return true;
+    }
+    if (produced_ >= config_.count) return false;
+    ++produced_;
+    *payload = config_.payload ? *config_.payload
+                               : fleet::client::GeneratePayload(id, config_.size);
+    return true;
+  }
+
+ private:
+  const Config& config_;
+  std::ifstream file_;
+  std::istream* in_ = nullptr;
+  std::uint64_t produced_ = 0;
+};
+
+std::string RunPrefix() {
+  std::random_device rd;
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(rd()));
+  return buf;
+}
+
+int Run(const Config& config) {
+  fleet::SetupLogging("fleet-submit", config.log_level);
+
+  std::ofstream output_file;
+  std::ostream* output = nullptr;
+  if (config.output == "-") {
+    output = &std::cout;
+  } else if (!config.output.empty()) {
+    output_file.open(config.output, std::ios::out | std::ios::trunc);
+    if (!output_file) {
+      throw std::runtime_error("cannot write --output " + config.output);
+    }
+    output = &output_file;
+  }
+  PayloadSource source(config);
+
+  SubmitSummary summary;
+  auto on_result = [&](const ResultView& r) {
+    if (r.outcome == fleet::proto::Outcome::kOk) {
+      ++summary.ok;
+    } else {
+      ++summary.failed;
+    }
+    if (output != nullptr) {
+      *output << fleet::client::ResultJsonLine(r) << '\n';
+    }
+  };
+
+  fleet::SteadyClock clock;
+  zmq::context_t context(1);
+  Producer::Options options;
+  options.endpoint = config.broker;
+  options.max_in_flight = config.inflight;
+  std::unique_ptr<Producer> producer;
+  try {
+    producer = std::make_unique<Producer>(context, options, on_result, clock);
+  } catch (const zmq::error_t& e) {
+    throw std::runtime_error("cannot connect to --broker " + config.broker +
+                             ": " + e.what());
+  }
+  fleet::InstallStopSignals();
+
+  const std::string prefix = RunPrefix();
+  const fleet::TimePoint start = clock.Now();
+  std::optional<fleet::TimePoint> deadline;
+  if (config.timeout_seconds > 0) {
+    deadline = start + std::chrono::duration_cast<fleet::Duration>(
+                           std::chrono::duration<double>(config.timeout_seconds));
+  }
+  const bool progress = isatty(STDERR_FILENO) == 1;
+  fleet::TimePoint last_progress = start;
+  bool exhausted = false;
+  std::string id;
+  std::string payload;
+
+  while (true) {
+    // Keep about one window of batches ready behind the in-flight ones.
+    while (!exhausted && producer->pending() < config.inflight) {
+      id = prefix + "-" + std::to_string(summary.submitted + 1);
+      if (!source.Next(id, &payload)) {
+        exhausted = true;
+        break;
+      }
+      (void)producer->Submit(id, config.queue, payload);  // ids are unique
+      ++summary.submitted;
+    }
+    if (exhausted && producer->outstanding() == 0) break;
+    if (fleet::StopRequested()) break;
+    fleet::TimePoint now = clock.Now();
+    if (deadline && now >= *deadline) break;
+
+    auto wait = std::chrono::milliseconds(250);
+    if (deadline) {
+      wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(
+                                *deadline - now));
+    }
+    producer->Poll(wait);
+
+    if (progress && clock.Now() - last_progress >= std::chrono::milliseconds(250)) {
+      last_progress = clock.Now();
+      std::fprintf(stderr,
+                   "\rsubmitted=%llu ok=%llu failed=%llu in_flight=%zu "
+                   "pending=%zu\033[K",
+                   static_cast<unsigned long long>(summary.submitted),
+                   static_cast<unsigned long long>(summary.ok),
+                   static_cast<unsigned long long>(summary.failed),
+                   producer->in_flight(), producer->pending());
+      std::fflush(stderr);
+    }
+  }
+  summary.seconds = fleet::SecondsBetween(start, clock.Now());
+  if (progress) std::fprintf(stderr, "\r\033[K");
+  if (fleet::StopRequested()) {
+    spdlog::warn("stopped by signal {}", fleet::StopSignal());
+  } else if (summary.lost() > 0) {
+    spdlog::warn("timed out after {} s waiting for {} results",
+                 config.timeout_seconds, summary.lost());
+  }
+  const auto& c = producer->counters();
+  spdlog::debug(
+      "messages={} acks={} queue_full_retries={} duplicates_dropped={} "
+      "fetches={} resends={} errors={}",
+      c.submit_messages, c.acks, c.queue_full_retries, c.duplicates_dropped,
+      c.fetches, c.resends, c.errors);
+  if (output != nullptr) output->flush();
+  std::cout << fleet::client::SummaryLine(summary) << std::endl;
+  return summary.lost() == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config config;
+  CLI::App app{
+      "fleet-submit: submit batches to a fleet broker and wait for their "
+      "results.\nEnds with: submitted=N ok=N failed=N lost=N seconds=S "
+      "batches_per_s=R; exits 1 if any batch got no result."};
+  app.add_option("--broker", config.broker, "broker frontend endpoint")
+      ->capture_default_str();
+  app.add_option("--count", config.count, "batches to submit")
+      ->capture_default_str();
+  app.add_option("--size", config.size,
+                 "bytes of each generated payload (printable, from the id)")
+      ->capture_default_str();
+  app.add_option("--payload", config.payload,
+                 "the same payload for every batch (overrides --size)");
+  app.add_option("--input", config.input,
+                 "one payload per line from FILE, or - for stdin (overrides "
+                 "--count)");
+  app.add_option("--inflight", config.inflight,
+                 "batches sent and without a result, at most")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1000000}))
+      ->capture_default_str();
+  app.add_option("--queue", config.queue, "queue to submit to")
+      ->capture_default_str();
+  app.add_option("--output", config.output,
+                 "write one JSON line per result to FILE (- for stdout)");
+  app.add_option("--timeout-seconds", config.timeout_seconds,
+                 "stop waiting after S seconds (0: wait forever); batches "
+                 "without a result count as lost")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--log-level", config.log_level,
+                 "trace, debug, info, warn, error, off")
+      ->capture_default_str();
+  int rc = fleet::ParseFlags(app, argc, argv);
+  if (rc >= 0) return rc == 0 ? 0 : 2;
+  try {
+    return Run(config);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fleet-submit: %s\n", e.what());
+    return 2;
+  }
+}

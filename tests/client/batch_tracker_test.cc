@@ -1,0 +1,118 @@
+#include "client/batch_tracker.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace fleet::client {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+const TimePoint kT0 = TimePoint() + std::chrono::hours(1);
+
+std::vector<std::string> Peek(const BatchTracker& t, std::size_t max_batches = 100,
+                              std::size_t max_bytes = 1 << 20) {
+  std::vector<const BatchTracker::Batch*> out;
+  t.PeekSendable(max_batches, max_bytes, &out);
+  std::vector<std::string> ids;
+  for (const auto* b : out) ids.push_back(b->id);
+  return ids;
+}
+
+BatchTracker Make(std::size_t window) {
+  BatchTracker::Options o;
+  o.window = window;
+  o.resend_after = seconds(10);
+  return BatchTracker(o);
+}
+
+TEST(BatchTrackerTest, PendingBatchesWaitForWindowSlots) {
+  BatchTracker t = Make(2);
+  for (const char* id : {"a", "b", "c"}) ASSERT_TRUE(t.Add(id, "", "p"));
+  EXPECT_EQ(Peek(t), (std::vector<std::string>{"a", "b"}));
+  t.MarkSent(2, kT0);
+  EXPECT_TRUE(Peek(t).empty());
+  EXPECT_EQ(t.in_flight(), 2u);
+  EXPECT_EQ(t.pending(), 1u);
+  ASSERT_TRUE(t.Complete("a"));
+  EXPECT_EQ(Peek(t), (std::vector<std::string>{"c"}));
+}
+
+TEST(BatchTrackerTest, PeekStopsAtByteCapButTakesAtLeastOne) {
+  BatchTracker t = Make(100);
+  ASSERT_TRUE(t.Add("a", "", std::string(1000, 'x')));
+  ASSERT_TRUE(t.Add("b", "", std::string(1000, 'x')));
+  EXPECT_EQ(Peek(t, 100, 500), (std::vector<std::string>{"a"}));
+  EXPECT_EQ(Peek(t, 100, 2100), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(Peek(t, 1, 1 << 20), (std::vector<std::string>{"a"}));
+}
+
+TEST(BatchTrackerTest, ResultsForUnsentOrUnknownIdsAreNotTaken) {
+  BatchTracker t = Make(10);
+  ASSERT_TRUE(t.Add("a", "", "p"));
+  EXPECT_FALSE(t.Complete("a"));  // never sent: someone else's result
+  EXPECT_FALSE(t.Complete("zz"));
+  EXPECT_FALSE(t.Add("a", "", "p"));
+  t.MarkSent(1, kT0);
+  EXPECT_TRUE(t.Complete("a"));
+  EXPECT_FALSE(t.Complete("a"));
+  EXPECT_EQ(t.outstanding(), 0u);
+  EXPECT_FALSE(t.NextDeadline().has_value());
+}
+
+TEST(BatchTrackerTest, QueueFullBackoffDoublesUpToCapThenResubmitsFirst) {
+  BatchTracker::Options o;
+  o.window = 10;
+  o.retry_initial = milliseconds(10);
+  o.retry_max = milliseconds(25);
+  BatchTracker t(o);
+  ASSERT_TRUE(t.Add("a", "", "p"));
+  ASSERT_TRUE(t.Add("b", "", "p"));
+  t.MarkSent(1, kT0);  // a
+  struct Step {
+    milliseconds wait;
+  };
+  TimePoint now = kT0;
+  std::vector<std::string> fetch;
+  for (Step s : {Step{milliseconds(10)}, Step{milliseconds(20)},
+                 Step{milliseconds(25)}, Step{milliseconds(25)}}) {
+    ASSERT_TRUE(t.OnQueueFull("a", now));
+    EXPECT_EQ(t.NextDeadline(), now + s.wait);
+    t.Due(now + s.wait - milliseconds(1), &fetch);
+    EXPECT_EQ(t.resubmits(), 0u);
+    now += s.wait;
+    t.Due(now, &fetch);
+    EXPECT_EQ(t.resubmits(), 1u);
+    EXPECT_EQ(Peek(t), (std::vector<std::string>{"a", "b"}));
+    t.MarkSent(1, now);  // a again; b stays pending
+  }
+  EXPECT_TRUE(fetch.empty());
+  ASSERT_TRUE(t.OnAccepted("a", now));
+  ASSERT_TRUE(t.OnQueueFull("a", now));
+  EXPECT_EQ(t.NextDeadline(), now + milliseconds(10)) << "accept resets backoff";
+}
+
+TEST(BatchTrackerTest, OverdueBatchIsFetchedAndRearmed) {
+  BatchTracker t = Make(10);
+  ASSERT_TRUE(t.Add("a", "", "p"));
+  t.MarkSent(1, kT0);
+  ASSERT_TRUE(t.OnAccepted("a", kT0 + seconds(1)));
+  std::vector<std::string> fetch;
+  t.Due(kT0 + seconds(10), &fetch);
+  EXPECT_TRUE(fetch.empty());
+  t.Due(kT0 + seconds(11), &fetch);
+  EXPECT_EQ(fetch, std::vector<std::string>{"a"});
+  EXPECT_EQ(t.NextDeadline(), kT0 + seconds(21));
+  ASSERT_TRUE(t.OnUnknown("a"));
+  EXPECT_FALSE(t.OnUnknown("a"));  // already waiting to go out again
+  EXPECT_EQ(Peek(t), std::vector<std::string>{"a"});
+  EXPECT_FALSE(t.NextDeadline().has_value());
+  ASSERT_TRUE(t.Complete("a"));  // the result overtook the resubmit
+  EXPECT_TRUE(Peek(t).empty());
+}
+
+}  // namespace
+}  // namespace fleet::client

@@ -1,0 +1,92 @@
+// What a worker does with one batch: the Handler interface, the built-in
+// echo / sleep / sha256 handlers and the factory that picks one by name
+// (exec lives in exec_handler.h).
+//
+// A Handler is shared by every slot thread, so every implementation must be
+// thread-safe; the built-in ones hold no mutable state.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace fleet::worker {
+
+// Seconds as a double; 0 means "no limit".
+using Timeout = std::chrono::duration<double>;
+
+// The outcome of one batch. A failed batch is a value, never an exception.
+struct HandlerOutput {
+  bool ok = true;
+  std::string result;  // the handler's output ("" when failed)
+  std::string error;   // why it failed ("" when ok)
+
+  static HandlerOutput Ok(std::string result) {
+    return HandlerOutput{true, std::move(result), {}};
+  }
+  static HandlerOutput Failed(std::string error) {
+    return HandlerOutput{false, {}, std::move(error)};
+  }
+};
+
+class Handler {
+ public:
+  virtual ~Handler() = default;
+
+  // Runs one batch. `payload` is moved in (a handler may hand it back as its
+  // result without copying). `timeout` > 0 bounds how long the batch may run:
+  // a handler that can stop early (sleep, exec) does so and fails the batch
+  // with TimeoutError(timeout); the slot pool fails any other batch that ran
+  // past it. Must not throw for bad input; a thrown exception is turned into
+  // a failed result by the caller.
+  virtual HandlerOutput Run(std::string payload, Timeout timeout) = 0;
+
+  // Stops any external work (child processes) at once. Called only on the
+  // "exit now" path; batches in progress then fail. Thread-safe.
+  virtual void Abort() {}
+
+  virtual std::string_view name() const = 0;
+};
+
+// "timed out after 0.5s": the one wording every handler uses.
+std::string TimeoutError(Timeout timeout);
+
+// Returns the payload unchanged.
+class EchoHandler : public Handler {
+ public:
+  HandlerOutput Run(std::string payload, Timeout timeout) override;
+  std::string_view name() const override { return "echo"; }
+};
+
+// Payload: a decimal number of milliseconds (surrounding whitespace allowed,
+// at most kMaxMillis). Sleeps that long and returns "". A bad payload fails
+// the batch; a sleep longer than the timeout is cut short and fails.
+class SleepHandler : public Handler {
+ public:
+  static constexpr std::uint64_t kMaxMillis = 24ull * 3600 * 1000;
+  HandlerOutput Run(std::string payload, Timeout timeout) override;
+  std::string_view name() const override { return "sleep"; }
+};
+
+// Returns the lowercase hex SHA-256 digest of the payload (OpenSSL EVP).
+class Sha256Handler : public Handler {
+ public:
+  HandlerOutput Run(std::string payload, Timeout timeout) override;
+  std::string_view name() const override { return "sha256"; }
+};
+
+// Lowercase hex SHA-256 of `data`. Throws std::runtime_error only if OpenSSL
+// itself fails.
+std::string Sha256Hex(std::string_view data);
+
+struct HandlerOptions {
+  std::string name = "echo";  // echo, sleep, sha256, exec
+  std::string exec;           // the shell command for exec; required there
+};
+
+// Builds the handler `options.name`. Throws std::invalid_argument on an
+// unknown name or exec without a command.
+std::unique_ptr<Handler> MakeHandler(const HandlerOptions& options);
+
+}  // namespace fleet::worker

@@ -1,0 +1,96 @@
+// Handler slots: `slots` threads that each run one batch at a time, fed by a
+// FIFO task queue and reporting each result over their own inproc PUSH
+// socket to a PULL socket the event loop owns.
+//
+// Owns the slot threads, the task queue and the slots' PUSH sockets (each
+// created, used and closed on its own thread). Borrows the zmq context and
+// the handler, which must outlive the pool. Submit is thread-safe; the rest
+// is meant for the loop's thread.
+#pragma once
+
+#include <zmq.hpp>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "worker/handler.h"
+
+namespace fleet::worker {
+
+// One batch to run, copied once out of the DISPATCH frame.
+struct Task {
+  std::string id;
+  std::string queue;
+  std::uint32_t attempt = 1;
+  std::string payload;
+};
+
+// One finished batch as the loop receives it. Owns the inproc frames; the
+// views point into them (the result frame is handed over without a copy).
+// Move-only; moving keeps the views valid (the frames live on the heap).
+class Completion {
+ public:
+  // Receives one completion without blocking. Returns nullopt when nothing
+  // is waiting or the message is not one a slot sends (then it is dropped).
+  static std::optional<Completion> Receive(zmq::socket_t& pull);
+
+  std::string_view id() const { return View(0); }
+  std::uint32_t attempt() const { return attempt_; }
+  bool ok() const { return ok_; }
+  std::string_view result() const { return View(3); }
+  std::string_view error() const { return View(4); }
+  // Bytes this completion adds to an encoded DONE (roughly).
+  std::size_t size() const;
+
+ private:
+  std::string_view View(std::size_t i) const {
+    return {static_cast<const char*>(frames_[i].data()), frames_[i].size()};
+  }
+  std::vector<zmq::message_t> frames_;
+  std::uint32_t attempt_ = 0;
+  bool ok_ = false;
+};
+
+class SlotPool {
+ public:
+  // Starts `slots` threads (>= 1), each with a PUSH socket connected to
+  // `results_endpoint`, which the caller must already have bound on
+  // `context` (inproc needs bind before connect). `timeout` > 0 fails any
+  // batch that runs longer. The threads block SIGINT and SIGTERM so the
+  // signals reach the loop's thread and wake its poll.
+  SlotPool(zmq::context_t& context, const std::string& results_endpoint,
+           Handler& handler, int slots, Timeout timeout,
+           std::size_t max_result_bytes, std::size_t max_error_bytes);
+  // Waits for the batches being run to finish; drops queued ones (callers
+  // destroy the pool only when it holds nothing, or on a hard exit path).
+  ~SlotPool();
+  SlotPool(const SlotPool&) = delete;
+  SlotPool& operator=(const SlotPool&) = delete;
+
+  // Queues a task; the first free slot takes it (FIFO).
+  void Submit(Task task);
+
+  int slots() const { return static_cast<int>(threads_.size()); }
+
+ private:
+  void SlotMain(zmq::context_t& context, const std::string& endpoint);
+
+  Handler& handler_;
+  const Timeout timeout_;
+  const std::size_t max_result_bytes_;
+  const std::size_t max_error_bytes_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;  // guarded by mu_
+  bool stopping_ = false;   // guarded by mu_
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace fleet::worker

@@ -1,0 +1,422 @@
+#include "worker/worker.h"
+
+#include <signal.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <type_traits>
+
+#include "common/signals.h"
+
+namespace fleet::worker {
+namespace {
+
+constexpr const char* kResultsEndpoint = "inproc://fleet-worker-results";
+// Broker messages handled per loop iteration, so a flood cannot starve the
+// slots' results or the timers.
+constexpr int kMaxMessagesPerIteration = 1000;
+// Longest poll even with no deadline: a safety net in case a stop signal is
+// delivered to a thread we did not start (and so could not mask) and thus
+// does not interrupt our poll.
+constexpr Millis kMaxPoll{1000};
+// An error text longer than this is cut (the codec allows 64 KiB).
+constexpr std::size_t kMaxErrorBytes = 8 << 10;
+
+// fleet::StopRequested() only says "at least one signal came". To tell the
+// second one apart, the loop re-arms SIGINT/SIGTERM with this handler once
+// it has seen the first; like the first, it only sets a flag. (A count in
+// common/signals.h would make this unnecessary.)
+volatile std::sig_atomic_t g_second_stop = 0;
+extern "C" void OnSecondStop(int /*sig*/) { g_second_stop = 1; }
+
+void ArmSecondStopSignal() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSecondStop;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: let poll() return with EINTR
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+template <typename T>
+bool Holds(const proto::Message& m) {
+  return std::holds_alternative<T>(m);
+}
+
+}  // namespace
+
+void ValidateOptions(const WorkerOptions& o) {
+  const proto::Limits limits;
+  if (o.broker.empty()) throw std::invalid_argument("--broker must not be empty");
+  if (o.id.empty() || o.id.size() > limits.max_id_bytes) {
+    throw std::invalid_argument("--id must be 1.." +
+                                std::to_string(limits.max_id_bytes) + " bytes");
+  }
+  if (o.concurrency < 1 || o.concurrency > 1024) {
+    throw std::invalid_argument("--concurrency must be in 1..1024");
+  }
+  if (!std::isfinite(o.batch_timeout.count()) || o.batch_timeout.count() < 0) {
+    throw std::invalid_argument("--batch-timeout must be >= 0 seconds");
+  }
+  for (const auto& q : o.queues) {
+    if (q.empty() || q.size() > limits.max_id_bytes) {
+      throw std::invalid_argument("--queues: each queue name must be 1.." +
+                                  std::to_string(limits.max_id_bytes) + " bytes");
+    }
+  }
+  if (o.heartbeat < Millis(10) || o.heartbeat > Millis(3'600'000)) {
+    throw std::invalid_argument("--heartbeat-ms must be in 10..3600000");
+  }
+  if (o.liveness < 1 || o.liveness > 100) {
+    throw std::invalid_argument("liveness must be in 1..100");
+  }
+  if (o.backoff_initial <= Millis(0) || o.backoff_max < o.backoff_initial) {
+    throw std::invalid_argument("backoff must be > 0 and max >= initial");
+  }
+}
+
+Worker::Worker(WorkerOptions options)
+    : options_(std::move(options)),
+      rng_(std::random_device{}()),
+      context_(1),
+      results_(context_, zmq::socket_type::pull),
+      heartbeat_(options_.heartbeat),
+      liveness_(options_.liveness),
+      backoff_(options_.backoff_initial),
+      credit_(static_cast<std::uint32_t>(std::max(options_.concurrency, 1))) {
+  ValidateOptions(options_);
+  handler_ = MakeHandler(options_.handler);
+  results_.set(zmq::sockopt::rcvhwm, 0);
+  results_.set(zmq::sockopt::linger, 0);
+  results_.bind(kResultsEndpoint);
+  pool_ = std::make_unique<SlotPool>(context_, kResultsEndpoint, *handler_,
+                                     options_.concurrency, options_.batch_timeout,
+                                     options_.limits.max_payload_bytes,
+                                     kMaxErrorBytes);
+}
+
+Worker::~Worker() = default;
+
+void Worker::AbortNow() { handler_->Abort(); }
+
+int Worker::Run() {
+  spdlog::info("worker {} starting: broker {}, handler {}, concurrency {}, queues [{}]",
+               options_.id, options_.broker, handler_->name(), options_.concurrency,
+               fmt::join(options_.queues, ","));
+  OpenSocket(clock_.Now());
+  while (true) {
+    TimePoint now = clock_.Now();
+    CheckSignals();
+    if (exit_code_) return *exit_code_;
+    CheckTimers(now);
+    Flush(now);
+    if (exit_code_) return *exit_code_;
+
+    zmq::pollitem_t items[2] = {
+        {results_.handle(), 0, ZMQ_POLLIN, 0},
+        {broker_ ? broker_->handle() : nullptr, 0,
+         static_cast<short>(ZMQ_POLLIN | (want_out_ ? ZMQ_POLLOUT : 0)), 0},
+    };
+    PollNoThrow(items, broker_ ? 2 : 1, PollTimeout(now));
+
+    now = clock_.Now();
+    ReceiveCompletions();
+    ReceiveFromBroker(now);
+  }
+}
+
+void Worker::OpenSocket(TimePoint now) {
+  broker_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+  ApplySocketOptions(*broker_, options_.socket_limits, /*router=*/false);
+  // Queue nothing for a connection that is not up: HELLO must be the first
+  // thing the broker sees from this socket, and we learn via POLLOUT when
+  // it can be sent.
+  broker_->set(zmq::sockopt::immediate, 1);
+  broker_->connect(options_.broker);
+  state_ = State::kConnecting;
+  hello_at_ = now;
+  want_out_ = true;
+}
+
+void Worker::Reconnect(TimePoint now, const std::string& why) {
+  const Millis delay = NextBackoff();
+  spdlog::warn("worker {}: {}; reconnecting to {} in {} ms ({} held, {} results kept)",
+               options_.id, why, options_.broker, delay.count(), credit_.held(),
+               unsent_.size());
+  // Anything still queued on the old socket is dropped, not resent: a result
+  // is sent at most once, and the broker requeues what it never got.
+  broker_->set(zmq::sockopt::linger, 0);
+  broker_.reset();
+  state_ = State::kBackoff;
+  reconnect_at_ = now + delay;
+  want_out_ = false;
+}
+
+Millis Worker::NextBackoff() {
+  const Millis base = backoff_;
+  backoff_ = std::min(backoff_ * 2, options_.backoff_max);
+  // +-20% jitter so a fleet that lost its broker does not return in lockstep.
+  std::uniform_real_distribution<double> jitter(0.8, 1.2);
+  return Millis(static_cast<Millis::rep>(static_cast<double>(base.count()) * jitter(rng_)));
+}
+
+bool Worker::MaySendResults() const {
+  // After a STOP the broker knows us even when it refused our HELLO, so what
+  // we finished still goes back to it before we leave.
+  return state_ == State::kRegistered ||
+         (stop_from_broker_ && state_ == State::kAwaitWelcome);
+}
+
+void Worker::ReceiveCompletions() {
+  while (auto completion = Completion::Receive(results_)) {
+    credit_.OnCompleted();
+    unsent_.push_back(std::move(*completion));
+  }
+}
+
+void Worker::ReceiveFromBroker(TimePoint now) {
+  std::vector<zmq::message_t> frames;
+  for (int i = 0; i < kMaxMessagesPerIteration && broker_; ++i) {
+    if (!RecvMultipart(*broker_, &frames)) break;
+    last_heard_ = now;  // anything at all shows the broker is alive
+    if (frames.size() != 1) {
+      spdlog::warn("worker {}: ignoring a {}-frame message from the broker",
+                   options_.id, frames.size());
+      continue;
+    }
+    proto::Decoded decoded =
+        proto::Decode(frames[0].data(), frames[0].size(), options_.limits);
+    if (!decoded.ok()) {
+      spdlog::warn("worker {}: bad message from the broker ({}): {}", options_.id,
+                   proto::ErrorCodeName(decoded.error), decoded.detail);
+      continue;
+    }
+    HandleMessage(*decoded.message, now);
+  }
+}
+
+void Worker::HandleMessage(const proto::Message& message, TimePoint now) {
+  if (const auto* m = std::get_if<proto::Welcome>(&message)) {
+    heartbeat_ = std::clamp(Millis(m->heartbeat_ms), Millis(10), Millis(3'600'000));
+    liveness_ = std::clamp<std::uint32_t>(m->liveness, 1, 100);
+    if (state_ != State::kRegistered) {
+      spdlog::info("worker {} registered with {} (heartbeat {} ms, liveness {})",
+                   options_.id, options_.broker, heartbeat_.count(), liveness_);
+    }
+    state_ = State::kRegistered;
+    backoff_ = options_.backoff_initial;
+  } else if (const auto* m = std::get_if<proto::Dispatch>(&message)) {
+    HandleDispatch(*m);
+  } else if (const auto* m = std::get_if<proto::Stop>(&message)) {
+    if (!stop_from_broker_) {
+      spdlog::info("worker {}: stop from broker ({}); draining {} held batches",
+                   options_.id, m->reason, credit_.held());
+    }
+    stop_from_broker_ = true;
+  } else if (const auto* m = std::get_if<proto::Reset>(&message)) {
+    spdlog::info("worker {}: broker reset us ({}); registering again", options_.id,
+                 m->reason);
+    state_ = State::kConnecting;
+    hello_at_ = now;
+    want_out_ = true;
+  } else if (const auto* m = std::get_if<proto::Error>(&message)) {
+    if (m->code == proto::ErrorCode::kDuplicateWorker) {
+      const Millis delay = NextBackoff();
+      spdlog::warn("worker {}: broker error {}: {}; retrying HELLO in {} ms",
+                   options_.id, proto::ErrorCodeName(m->code), m->message,
+                   delay.count());
+      state_ = State::kConnecting;
+      hello_at_ = now + delay;
+    } else {
+      spdlog::warn("worker {}: broker error {}: {}", options_.id,
+                   proto::ErrorCodeName(m->code), m->message);
+    }
+  } else if (Holds<proto::Heartbeat>(message)) {
+    // Liveness is already noted.
+  } else {
+    spdlog::warn("worker {}: unexpected command {} from the broker", options_.id,
+                 static_cast<int>(proto::CommandOf(message)));
+  }
+}
+
+void Worker::HandleDispatch(const proto::Dispatch& dispatch) {
+  const auto n = static_cast<std::uint32_t>(dispatch.batches.size());
+  for (const auto& b : dispatch.batches) {
+    // The one copy of the payload: out of the frame, into the task.
+    pool_->Submit(Task{std::string(b.id), std::string(b.queue), b.attempt,
+                       std::string(b.payload)});
+  }
+  credit_.OnDispatch(n);
+  if (credit_.over_committed() && !warned_overcredit_) {
+    warned_overcredit_ = true;
+    spdlog::warn("worker {}: broker sent more batches than our credit ({} held, "
+                 "{} slots); queueing the extra ones locally (warned once)",
+                 options_.id, credit_.held(), options_.concurrency);
+  }
+  if (Draining()) {
+    spdlog::debug("worker {}: {} batches arrived while draining; running them",
+                  options_.id, n);
+  }
+}
+
+void Worker::CheckSignals() {
+  if (!StopRequested()) return;
+  if (!stop_from_signal_) {
+    stop_from_signal_ = true;
+    ArmSecondStopSignal();
+    spdlog::info("worker {}: signal {}; draining {} held batches, then exiting "
+                 "(signal again to exit now)",
+                 options_.id, StopSignal(), credit_.held());
+  } else if (g_second_stop && !exit_code_) {
+    spdlog::warn("worker {}: second stop signal; exiting now, leaving {} batches "
+                 "to the broker to requeue",
+                 options_.id, credit_.held());
+    handler_->Abort();
+    abandoned_ = true;
+    exit_code_ = 1;
+  }
+}
+
+void Worker::CheckTimers(TimePoint now) {
+  switch (state_) {
+    case State::kBackoff:
+      if (now >= reconnect_at_) OpenSocket(now);
+      break;
+    case State::kConnecting:
+      break;  // Flush sends HELLO once it is due and the socket is writable
+    case State::kAwaitWelcome:
+    case State::kRegistered:
+      if (now - last_heard_ >= liveness_ * heartbeat_) {
+        Reconnect(now, fmt::format("nothing from the broker for {} ms",
+                                   std::chrono::duration_cast<Millis>(now - last_heard_).count()));
+      } else if (state_ == State::kRegistered && now - last_sent_ >= heartbeat_) {
+        Send(proto::Heartbeat{}, now);  // if refused, the next tick retries
+      }
+      break;
+  }
+}
+
+void Worker::Flush(TimePoint now) {
+  want_out_ = false;
+  if (Draining() && credit_.held() == 0 && unsent_.empty() && state_ != State::kRegistered) {
+    // Not registered on a live connection, so the broker holds nothing of
+    // ours there (e.g. STOP "blacklisted" answering our HELLO, or SIGTERM
+    // while the broker is unreachable): nothing to wait for or say BYE to.
+    spdlog::info("worker {}: stopped while not registered; exiting", options_.id);
+    exit_code_ = 0;
+    return;
+  }
+  if (!broker_) return;
+
+  if (state_ == State::kConnecting) {
+    if (now < hello_at_) return;
+    proto::Hello hello;
+    hello.worker_id = options_.id;
+    hello.concurrency = static_cast<std::uint32_t>(options_.concurrency);
+    hello.credit = Draining() ? 0 : credit_.free();
+    hello.queues.assign(options_.queues.begin(), options_.queues.end());
+    if (!Send(hello, now)) {
+      want_out_ = true;  // not connected yet: POLLOUT tells us when
+      return;
+    }
+    spdlog::debug("worker {}: HELLO sent (credit {})", options_.id, hello.credit);
+    state_ = State::kAwaitWelcome;
+    credit_.OnHello(Draining());
+    drain_sent_ = false;
+    last_heard_ = now;  // the broker has liveness * heartbeat to answer
+  }
+
+  if (state_ == State::kRegistered && stop_from_signal_ && !drain_sent_) {
+    if (!Send(proto::Drain{}, now)) {
+      want_out_ = true;
+      return;
+    }
+    drain_sent_ = true;
+  }
+
+  if (!unsent_.empty() && MaySendResults() && !SendDone(now)) {
+    want_out_ = true;
+    return;
+  }
+
+  if (Draining() && credit_.held() == 0 && unsent_.empty() && state_ == State::kRegistered) {
+    if (!Send(proto::Bye{}, now)) {
+      want_out_ = true;
+      return;
+    }
+    spdlog::info("worker {}: drained after {} batches; said BYE, exiting",
+                 options_.id, batches_done_);
+    exit_code_ = 0;
+  } else if (Draining() && credit_.held() == 0 && unsent_.empty()) {
+    // Results just went out in a DONE while unregistered (after STOP).
+    spdlog::info("worker {}: stopped while not registered; exiting", options_.id);
+    exit_code_ = 0;
+  }
+}
+
+// One DONE per loop iteration carries everything finished since the last
+// one; it is split only when it would exceed the broker's frame or item
+// limits. The credit (see CreditLedger) rides on the first part.
+bool Worker::SendDone(TimePoint now) {
+  std::uint32_t credit = 0;
+  bool granted = false;
+  const std::size_t budget = options_.limits.max_message_bytes - 4096;
+  while (!unsent_.empty()) {
+    proto::Done done;
+    if (!granted) credit = credit_.TakeGrant(Draining());
+    done.credit = credit;
+    std::size_t bytes = 64;
+    for (const Completion& c : unsent_) {
+      if (done.results.size() >= options_.limits.max_items) break;
+      if (!done.results.empty() && bytes + c.size() > budget) break;
+      bytes += c.size();
+      done.results.push_back(proto::DoneItem{
+          c.id(), c.attempt(), c.ok() ? proto::Outcome::kOk : proto::Outcome::kFailed,
+          c.result(), c.error()});
+    }
+    if (!Send(done, now)) {
+      // The grant was not sent after all: give it back to the next DONE.
+      if (!granted) credit_.ReturnGrant(credit);
+      return false;
+    }
+    granted = true;
+    credit = 0;
+    const std::size_t sent = done.results.size();
+    batches_done_ += sent;
+    unsent_.erase(unsent_.begin(), unsent_.begin() + static_cast<std::ptrdiff_t>(sent));
+  }
+  return true;
+}
+
+bool Worker::Send(const proto::Message& message, TimePoint now) {
+  proto::EncodeTo(message, &out_);
+  if (!SendFrame(*broker_, out_, /*block=*/false)) return false;
+  last_sent_ = now;
+  return true;
+}
+
+Millis Worker::PollTimeout(TimePoint now) const {
+  TimePoint next = now + kMaxPoll;
+  switch (state_) {
+    case State::kBackoff:
+      next = std::min(next, reconnect_at_);
+      break;
+    case State::kConnecting:
+      if (hello_at_ > now) next = std::min(next, hello_at_);
+      break;
+    case State::kRegistered:
+      next = std::min(next, last_sent_ + heartbeat_);
+      [[fallthrough]];
+    case State::kAwaitWelcome:
+      next = std::min(next, last_heard_ + liveness_ * heartbeat_);
+      break;
+  }
+  // Rounded up, so we never wake a hair early and spin with a 0 ms poll.
+  const auto wait = std::chrono::ceil<Millis>(next - now);
+  return std::max(wait, Millis(0));
+}
+
+}  // namespace fleet::worker

@@ -1,0 +1,137 @@
+// The worker's event loop: one DEALER to the broker and one inproc PULL for
+// the slots' results, polled together on the main thread.
+//
+// Owns the zmq context, both sockets, the handler and the slot pool. Not
+// thread-safe: construct it and call Run on one thread. The loop speaks the
+// backend protocol (docs/protocol.md): HELLO on every (re)connect, DONE with
+// coalesced results and the credit freed, HEARTBEAT when idle, DRAIN on
+// SIGTERM/SIGINT, BYE when done; it reconnects with backoff when the broker
+// goes silent, and never drops a batch it was given or a result it made.
+#pragma once
+
+#include <zmq.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/codec.h"
+#include "common/zmq_util.h"
+#include "worker/credit_ledger.h"
+#include "worker/handler.h"
+#include "worker/slot_pool.h"
+
+namespace fleet::worker {
+
+struct WorkerOptions {
+  std::string broker = "tcp://127.0.0.1:5556";  // the broker's backend
+  std::string id;                 // required; 1..256 bytes, unique in the fleet
+  int concurrency = 1;            // batches run at once; 1..1024
+  HandlerOptions handler;         // echo, sleep, sha256, exec (+ command)
+  Timeout batch_timeout{0};       // seconds a batch may run; 0 = no limit
+  std::vector<std::string> queues;  // queues to take from; empty = every one
+  Millis heartbeat{1000};         // until WELCOME says otherwise; 10 ms..1 h
+  std::uint32_t liveness = 3;     // silent heartbeats before the broker is
+                                  // taken for dead, until WELCOME; 1..100
+  Millis backoff_initial{250};    // first reconnect delay, doubled per failure
+  Millis backoff_max{8000};       // ceiling of the reconnect delay
+  SocketLimits socket_limits;     // for the DEALER
+  proto::Limits limits;           // on what the broker sends us
+};
+
+// Throws std::invalid_argument naming the first bad field.
+void ValidateOptions(const WorkerOptions& options);
+
+class Worker {
+ public:
+  // Validates options, builds the handler, binds the results socket and
+  // starts the slot threads. Throws std::invalid_argument on bad options.
+  explicit Worker(WorkerOptions options);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // Runs until the worker has drained and said BYE (returns 0), was stopped
+  // by the broker before registering (0), or got a second stop signal while
+  // draining (returns 1 with abandoned() true: held batches are left to the
+  // broker to requeue and external children are killed; the caller should
+  // then _Exit without destroying the Worker, whose slots may still be busy).
+  // Throws only on setup failures (zmq errors).
+  int Run();
+
+  bool abandoned() const { return abandoned_; }
+
+  // Kills the handler's external work (exec children) at once; for the
+  // caller's hard-exit paths. Safe to call from the loop's thread only.
+  void AbortNow();
+
+ private:
+  enum class State {
+    kBackoff,       // no socket; waiting until reconnect_at_
+    kConnecting,    // socket open, HELLO not sent yet (not connected, or
+                    // waiting until hello_at_ after DUPLICATE_WORKER)
+    kAwaitWelcome,  // HELLO sent
+    kRegistered,    // WELCOME received
+  };
+
+  void OpenSocket(TimePoint now);
+  void Reconnect(TimePoint now, const std::string& why);
+  Millis NextBackoff();
+  void ReceiveCompletions();
+  void ReceiveFromBroker(TimePoint now);
+  void HandleMessage(const proto::Message& message, TimePoint now);
+  void HandleDispatch(const proto::Dispatch& dispatch);
+  void CheckSignals();
+  void CheckTimers(TimePoint now);
+  // Sends whatever is due (HELLO, DRAIN, DONE, BYE). Sets want_out_ when the
+  // socket refused a message, so the next poll waits for POLLOUT.
+  void Flush(TimePoint now);
+  bool SendDone(TimePoint now);
+  bool Send(const proto::Message& message, TimePoint now);
+  Millis PollTimeout(TimePoint now) const;
+  bool Draining() const { return stop_from_broker_ || stop_from_signal_; }
+  bool MaySendResults() const;
+
+  WorkerOptions options_;
+  SteadyClock clock_;
+  std::mt19937 rng_;
+
+  // Declared before the sockets, handler and pool so it is destroyed after
+  // them: every socket (the slots' too) belongs to it.
+  zmq::context_t context_;
+  zmq::socket_t results_;                   // PULL, bound before the slots
+  std::unique_ptr<zmq::socket_t> broker_;   // DEALER; null while backing off
+  std::unique_ptr<Handler> handler_;
+  std::unique_ptr<SlotPool> pool_;
+
+  State state_ = State::kBackoff;
+  Millis heartbeat_;
+  std::uint32_t liveness_;
+  Millis backoff_;
+  TimePoint reconnect_at_{};
+  TimePoint hello_at_{};
+  TimePoint last_sent_{};
+  TimePoint last_heard_{};
+  bool want_out_ = false;
+
+  CreditLedger credit_;
+  bool warned_overcredit_ = false;
+
+  std::deque<Completion> unsent_;  // results not yet in a DONE we sent
+  std::uint64_t batches_done_ = 0;
+
+  bool stop_from_broker_ = false;
+  bool stop_from_signal_ = false;
+  bool drain_sent_ = false;   // DRAIN sent on the current registration
+  bool abandoned_ = false;
+  std::optional<int> exit_code_;
+  std::string out_;  // reused encode buffer
+};
+
+}  // namespace fleet::worker

@@ -41,6 +41,10 @@ std::string JoinOr(const std::vector<std::string_view>& items, const char* none)
   return out;
 }
 
+// Error texts sent to producers are cut to their last this many bytes, well
+// under every client's decode limit.
+constexpr std::size_t kMaxErrorBytes = 16u << 10;
+
 bool ValidId(std::string_view id, std::size_t max) {
   return !id.empty() && id.size() <= max;
 }
@@ -113,7 +117,7 @@ void BrokerCore::OnMessage(Socket socket, std::string_view identity,
         return;
       }
       if (auto* m = std::get_if<proto::Hello>(&message)) return OnHello(identity, *m, now);
-      if (std::holds_alternative<proto::Drain>(message)) return OnDrain(identity);
+      if (std::holds_alternative<proto::Drain>(message)) return OnDrain(identity, now);
       if (std::holds_alternative<proto::Bye>(message)) return OnBye(identity, now);
       break;
     case Socket::kControl:
@@ -147,10 +151,10 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
     }
     // A known id is never run twice: its one result goes to whoever asked
     // last (a producer that reconnected has a new routing id).
-    if (results_.Find(item.id) != nullptr) {
+    if (auto stored = results_.Find(item.id)) {
       ++counters_.resubmitted;
       out.accepted.emplace_back(item.id);
-      out.results.emplace_back(item.id);
+      out.results.emplace_back(std::string(item.id), std::move(stored));
       continue;
     }
     if (auto seq = batches_.FindId(item.id)) {
@@ -176,8 +180,8 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
 void BrokerCore::OnFetch(std::string_view identity, const proto::Fetch& m) {
   Outbox::ProducerOut& out = Out(identity);
   for (std::string_view id : m.ids) {
-    if (results_.Find(id) != nullptr) {
-      out.results.emplace_back(id);
+    if (auto stored = results_.Find(id)) {
+      out.results.emplace_back(std::string(id), std::move(stored));
     } else if (auto seq = batches_.FindId(id)) {
       batches_.Get(*seq)->owner.assign(identity);  // result comes later
     } else {
@@ -258,9 +262,10 @@ void BrokerCore::OnDone(std::string_view identity, const proto::Done& m, TimePoi
   workers_.MarkReady(*w);
 }
 
-void BrokerCore::OnDrain(std::string_view identity) {
+void BrokerCore::OnDrain(std::string_view identity, TimePoint now) {
   Worker* w = workers_.FindByIdentity(identity);
   if (w == nullptr) return;  // it is leaving anyway
+  w->last_seen = now;
   spdlog::info("worker {} is draining on its own ({} batches held)", w->id, w->held.size());
   w->retiring = true;
   w->self_drain = true;
@@ -315,24 +320,35 @@ void BrokerCore::Complete(const proto::DoneItem& item, Worker* reporter, TimePoi
   if (b->state == BatchState::kRunning) {
     if (Worker* holder = workers_.Find(b->worker)) Release(*holder, *seq, now);
   }
-  proto::Outcome outcome =
-      item.outcome == proto::Outcome::kOk ? proto::Outcome::kOk : proto::Outcome::kFailed;
-  results_.Put(b->id, StoredResult{outcome, std::max<std::uint32_t>(b->attempts, 1),
-                                   std::string(item.result), std::string(item.error), now});
-  if (outcome == proto::Outcome::kOk) {
+  StoredResult r{item.outcome == proto::Outcome::kOk ? proto::Outcome::kOk
+                                                    : proto::Outcome::kFailed,
+                 std::max<std::uint32_t>(b->attempts, 1), std::string(item.result),
+                 std::string(item.error), now};
+  if (r.result.size() > options_.max_batch_bytes) {
+    // Producers accept results as large as payloads, no larger.
+    r.outcome = proto::Outcome::kFailed;
+    r.error = "result of " + std::to_string(r.result.size()) +
+              " bytes over --max-batch-bytes " + std::to_string(options_.max_batch_bytes);
+    r.result.clear();
+  }
+  if (r.error.size() > kMaxErrorBytes) {
+    r.error.erase(0, r.error.size() - kMaxErrorBytes);  // the tail says most
+  }
+  if (r.outcome == proto::Outcome::kOk) {
     ++counters_.completed_ok;
   } else {
     ++counters_.completed_failed;
   }
-  Out(b->owner).results.push_back(b->id);
+  Out(b->owner).results.emplace_back(b->id, results_.Put(b->id, std::move(r)));
   batches_.Erase(*seq);
 }
 
 void BrokerCore::FinishFailed(BatchSeq seq, std::string error, TimePoint now) {
   Batch* b = batches_.Get(seq);
-  results_.Put(b->id, StoredResult{proto::Outcome::kFailed, b->attempts, "", std::move(error), now});
   ++counters_.completed_failed;
-  Out(b->owner).results.push_back(b->id);
+  Out(b->owner).results.emplace_back(
+      b->id, results_.Put(b->id, StoredResult{proto::Outcome::kFailed, b->attempts, "",
+                                              std::move(error), now}));
   batches_.Erase(seq);
 }
 

@@ -16,6 +16,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,7 +46,9 @@ struct Outbox {
   struct ProducerOut {
     std::vector<std::string> accepted;
     std::vector<OwnedRejection> rejected;
-    std::vector<std::string> results;  // ids whose result is in the ResultStore
+    // Results to send; shared with the ResultStore, so eviction before the
+    // flush cannot lose one.
+    std::vector<std::pair<std::string, std::shared_ptr<const StoredResult>>> results;
     std::vector<std::string> unknown;  // fetched ids the broker does not know
   };
   struct Frame {
@@ -110,7 +113,7 @@ class BrokerCore {
   void OnFetch(std::string_view identity, const proto::Fetch& m);
   void OnHello(std::string_view identity, const proto::Hello& m, TimePoint now);
   void OnDone(std::string_view identity, const proto::Done& m, TimePoint now);
-  void OnDrain(std::string_view identity);
+  void OnDrain(std::string_view identity, TimePoint now);
   void OnBye(std::string_view identity, TimePoint now);
   void OnControl(std::string_view identity, const proto::Control& m, TimePoint now);
   void OnRetire(std::string_view identity, const proto::Control& m, bool if_idle,

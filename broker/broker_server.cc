@@ -53,6 +53,9 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
   // batch is refused alone instead of failing its whole message.
   limits_.max_payload_bytes = options.max_message_bytes;
   limits_.max_id_bytes = options.max_id_bytes;
+  // A worker's error text is cut by the core, not refused with its DONE
+  // (refusing the DONE would leave its batches held).
+  limits_.max_text_bytes = std::min<std::size_t>(options.max_message_bytes, 1u << 20);
   SocketLimits sl;
   // Frames over the transport limit make libzmq drop the connection; keep it
   // above the codec's limit so an oversized message gets a clear ERROR.
@@ -130,7 +133,12 @@ void BrokerServer::Flush(TimePoint now) {
   Outbox& out = core_.outbox();
   if (out.empty()) return;
 
-  // Dispatches first: workers idle until they get them.
+  // Frames first: a WELCOME must reach a worker before its first DISPATCH.
+  for (const Outbox::Frame& f : out.frames) {
+    if (!SendRouted(SocketFor(f.socket), f.identity, f.body)) core_.OnUndeliverable();
+  }
+
+  // Then dispatches: workers idle until they get them.
   std::vector<proto::DispatchItem> dispatch;
   for (const std::string& worker_id : out.dispatch_workers) {
     Worker* w = core_.workers().Find(worker_id);
@@ -186,8 +194,7 @@ void BrokerServer::Flush(TimePoint now) {
     if (acks_sent == 0 && !rejected.empty()) send_ack(proto::Ack{{}, rejected});
 
     results.clear();
-    for (const std::string& id : po.results) {
-      const StoredResult* r = core_.results().Find(id);
+    for (const auto& [id, r] : po.results) {
       if (r != nullptr) results.push_back({id, r->outcome, r->attempts, r->result, r->error});
     }
     for (const std::string& id : po.unknown) {
@@ -206,9 +213,6 @@ void BrokerServer::Flush(TimePoint now) {
         });
   }
 
-  for (const Outbox::Frame& f : out.frames) {
-    if (!SendRouted(SocketFor(f.socket), f.identity, f.body)) core_.OnUndeliverable();
-  }
   out.clear();
 }
 

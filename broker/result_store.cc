@@ -7,20 +7,21 @@ namespace fleet::broker {
 ResultStore::ResultStore(Duration retention, std::size_t max_entries)
     : retention_(retention), max_entries_(std::max<std::size_t>(1, max_entries)) {}
 
-const StoredResult* ResultStore::Find(std::string_view id) const {
+std::shared_ptr<const StoredResult> ResultStore::Find(std::string_view id) const {
   auto it = results_.find(id);
-  return it == results_.end() ? nullptr : &it->second;
+  return it == results_.end() ? nullptr : it->second;
 }
 
-bool ResultStore::Put(std::string_view id, StoredResult result) {
-  if (results_.find(id) != results_.end()) return false;
+std::shared_ptr<const StoredResult> ResultStore::Put(std::string_view id, StoredResult result) {
+  if (results_.find(id) != results_.end()) return nullptr;
   while (results_.size() >= max_entries_) {
     DropOldest();
     ++evicted_early_;
   }
-  auto [it, inserted] = results_.emplace(std::string(id), std::move(result));
+  auto stored = std::make_shared<const StoredResult>(std::move(result));
+  auto it = results_.emplace(std::string(id), stored).first;
   order_.push_back(it->first);
-  return inserted;
+  return stored;
 }
 
 void ResultStore::DropOldest() {
@@ -34,7 +35,7 @@ std::size_t ResultStore::Expire(TimePoint now) {
   // Results are appended in finishing order, so the oldest are in front.
   while (!order_.empty()) {
     auto it = results_.find(order_.front());
-    if (it != results_.end() && now - it->second.finished_at < retention_) break;
+    if (it != results_.end() && now - it->second->finished_at < retention_) break;
     DropOldest();
     ++dropped;
   }

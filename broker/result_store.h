@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <deque>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -30,12 +31,13 @@ class ResultStore {
   // loop turn); max_entries >= 1: past it the oldest result goes first.
   ResultStore(Duration retention, std::size_t max_entries);
 
-  // Null if the id has no stored result.
-  const StoredResult* Find(std::string_view id) const;
+  // Null if the id has no stored result. Shared, so a result on its way to
+  // a producer survives its eviction from the store.
+  std::shared_ptr<const StoredResult> Find(std::string_view id) const;
 
-  // Stores the result of `id`, replacing none (first result wins: a second
-  // Put of the same id is ignored and returns false).
-  bool Put(std::string_view id, StoredResult result);
+  // Stores the result of `id` and returns it; the first result wins: a
+  // second Put of the same id keeps the stored one and returns null.
+  std::shared_ptr<const StoredResult> Put(std::string_view id, StoredResult result);
 
   // Drops results older than the retention. Returns how many went.
   std::size_t Expire(TimePoint now);
@@ -48,7 +50,7 @@ class ResultStore {
 
   Duration retention_;
   std::size_t max_entries_;
-  StringMap<StoredResult> results_;
+  StringMap<std::shared_ptr<const StoredResult>> results_;
   std::deque<std::string> order_;  // ids, oldest first
   std::uint64_t evicted_early_ = 0;
 };

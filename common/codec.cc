@@ -488,6 +488,8 @@ Message DecodeBody(Command command, Reader& r) {
           v = kv.val.via.f64;
         } else if (kv.val.type == msgpack::type::POSITIVE_INTEGER) {
           v = static_cast<double>(kv.val.via.u64);
+        } else if (kv.val.type == msgpack::type::NEGATIVE_INTEGER) {
+          v = static_cast<double>(kv.val.via.i64);
         } else {
           Fail(ErrorCode::kMalformed, "stats: value not a number");
         }

@@ -70,7 +70,7 @@ class BrokerCoreTest : public ::testing::Test {
       w->outgoing.clear();
     }
     for (auto& [ident, po] : core_->outbox().producers) {
-      for (auto& id : po.results) results_[ident].push_back(id);
+      for (auto& [id, r] : po.results) results_[ident].push_back(id);
       for (auto& id : po.accepted) accepted_[ident].push_back(id);
       for (auto& r : po.rejected) rejected_[ident].push_back(r.code);
       for (auto& id : po.unknown) unknown_[ident].push_back(id);
@@ -201,7 +201,7 @@ TEST_F(BrokerCoreTest, DeadLettersAfterMaxAttemptsWithReason) {
     PumpAndFlush();
   }
   ASSERT_EQ(results_["P"], std::vector<std::string>{"poison"});
-  const StoredResult* r = core_->results().Find("poison");
+  auto r = core_->results().Find("poison");
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->outcome, Outcome::kFailed);
   EXPECT_NE(r->error.find("dead-lettered after 2 attempts"), std::string::npos) << r->error;
@@ -362,6 +362,68 @@ TEST_F(BrokerCoreTest, IdleSecondsCountFromLastResult) {
   Done("W1", "a");
   clock_.Advance(std::chrono::seconds(2));
   EXPECT_DOUBLE_EQ(core_->workers().Find("w1")->IdleSeconds(clock_.Now()), 2.0);
+}
+
+}  // namespace
+}  // namespace fleet::broker
+
+namespace fleet::broker {
+namespace {
+
+TEST_F(BrokerCoreTest, ResultsEvictedFromTheStoreBeforeTheFlushAreStillDelivered) {
+  BrokerOptions o;
+  o.max_retained_results = 1;
+  Reset(o);
+  Hello("W1", "w1", 2);
+  Submit("P", {"a", "b"});
+  PumpAndFlush();
+  core_->OnMessage(Socket::kBackend, "W1",
+                   proto::Done{2, {{"a", 1, Outcome::kOk, "ra", ""}, {"b", 1, Outcome::kOk, "rb", ""}}},
+                   clock_.Now());
+  auto it = core_->outbox().producers.find("P");
+  ASSERT_NE(it, core_->outbox().producers.end());
+  auto& results = it->second.results;
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].second->result, "ra");
+  EXPECT_EQ(results[1].second->result, "rb");
+}
+
+TEST_F(BrokerCoreTest, DeadLetteredResultIsDeliveredEvenWithZeroRetention) {
+  BrokerOptions o;
+  o.max_attempts = 1;
+  o.result_retention = Duration(0);
+  Reset(o);
+  Hello("W1", "w1", 1);
+  Submit("P", {"a"});
+  PumpAndFlush();
+  clock_.Advance(std::chrono::seconds(4));
+  core_->Tick(clock_.Now());  // dead-letters, then expires the stored result
+  auto it = core_->outbox().producers.find("P");
+  ASSERT_NE(it, core_->outbox().producers.end());
+  ASSERT_EQ(it->second.results.size(), 1u);
+  EXPECT_EQ(it->second.results[0].second->outcome, Outcome::kFailed);
+}
+
+TEST_F(BrokerCoreTest, OversizedResultBecomesAFailureAndLongErrorsAreCut) {
+  BrokerOptions o;
+  o.max_batch_bytes = 12;  // payloads "payload-a" fit, a 13-byte result not
+  Reset(o);
+  Hello("W1", "w1", 2);
+  Submit("P", {"a", "b"});
+  PumpAndFlush();
+  std::string long_error(100000, 'e');
+  core_->OnMessage(Socket::kBackend, "W1",
+                   proto::Done{2, {{"a", 1, Outcome::kOk, "0123456789abc", ""},
+                                   {"b", 1, Outcome::kFailed, "", long_error}}},
+                   clock_.Now());
+  auto it = core_->outbox().producers.find("P");
+  ASSERT_NE(it, core_->outbox().producers.end());
+  auto& results = it->second.results;
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_EQ(results[0].second->outcome, Outcome::kFailed);
+  EXPECT_NE(results[0].second->error.find("--max-batch-bytes"), std::string::npos);
+  EXPECT_LT(results[1].second->error.size(), long_error.size());
+  EXPECT_FALSE(results[1].second->error.empty());
 }
 
 }  // namespace

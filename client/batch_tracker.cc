@@ -108,6 +108,22 @@ bool BatchTracker::OnQueueFull(std::string_view id, TimePoint now) {
   return true;
 }
 
+void BatchTracker::WakeRetries(std::size_t n) {
+  // Retry deadlines (at most retry_max away) sort before resend deadlines
+  // (resend_after away), so the scan meets retries first; it is bounded so
+  // that a window full of sent batches costs little.
+  std::size_t budget = n * 2 + 64;
+  for (auto it = timers_.begin(); n > 0 && budget > 0 && it != timers_.end(); --budget) {
+    Entry& e = batches_.find(it->second)->second;
+    ++it;  // Disarm erases the current timer
+    if (e.state != State::kRetry) continue;
+    Disarm(e);
+    e.state = State::kResubmit;
+    resubmit_.push_back(e.batch.id);
+    --n;
+  }
+}
+
 bool BatchTracker::OnUnknown(std::string_view id) {
   Entry* e = Find(id);
   if (e == nullptr || e->state != State::kSent) return false;

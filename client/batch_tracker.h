@@ -87,6 +87,11 @@ class BatchTracker {
   // when `id` is not outstanding or not sent.
   bool OnQueueFull(std::string_view id, TimePoint now);
 
+  // The broker finished `n` batches, so its queue has room again: up to `n`
+  // batches waiting out a queue-full backoff (earliest deadline first) are
+  // to be submitted now.
+  void WakeRetries(std::size_t n);
+
   // The broker does not know `id` (its answer to a fetch): `id` is to be
   // submitted again. Returns false when `id` is not outstanding or already
   // waiting to be sent again (nothing to do).

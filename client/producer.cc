@@ -199,6 +199,9 @@ std::size_t Producer::Handle(const proto::Message& message, TimePoint now) {
       Deliver({item.id, item.outcome, item.attempts, item.result, item.error});
       ++delivered;
     }
+    // Each finished batch left room in the broker's queue: batches waiting
+    // out a queue-full backoff take it now instead of at their deadline.
+    if (delivered > 0) tracker_.WakeRetries(delivered);
   } else if (const auto* error = std::get_if<proto::Error>(&message)) {
     // Not tied to batches: whatever it refused is fetched when overdue.
     ++counters_.errors;

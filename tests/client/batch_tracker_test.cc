@@ -116,3 +116,24 @@ TEST(BatchTrackerTest, OverdueBatchIsFetchedAndRearmed) {
 
 }  // namespace
 }  // namespace fleet::client
+
+namespace fleet::client {
+namespace {
+
+TEST(BatchTrackerTest, FinishedBatchesWakeQueueFullRetriesBeforeTheirBackoffEnds) {
+  BatchTracker t = Make(10);
+  for (const char* id : {"a", "b", "c", "d"}) ASSERT_TRUE(t.Add(id, "", "p"));
+  t.MarkSent(4, kT0);
+  ASSERT_TRUE(t.OnAccepted("a", kT0));
+  ASSERT_TRUE(t.OnQueueFull("b", kT0));
+  ASSERT_TRUE(t.OnQueueFull("c", kT0 + milliseconds(1)));
+  ASSERT_TRUE(t.OnQueueFull("d", kT0 + milliseconds(2)));
+  EXPECT_TRUE(Peek(t).empty());  // all waiting out their backoff
+  ASSERT_TRUE(t.Complete("a"));
+  t.WakeRetries(2);  // two batches finished at the broker
+  EXPECT_EQ(Peek(t), (std::vector<std::string>{"b", "c"}));
+  EXPECT_EQ(t.resubmits(), 2u);
+}
+
+}  // namespace
+}  // namespace fleet::client

@@ -1,0 +1,187 @@
+// End-to-end behaviour of the data path: real broker, workers and CLIs over
+// tcp://127.0.0.1 on ephemeral ports. Waits are bounded conditions.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+#include <set>
+
+#include "tests/support/cluster.h"
+#include "tests/support/wait.h"
+
+namespace fleet::testing {
+namespace {
+
+using std::chrono::seconds;
+
+// Every submitted id has exactly one result line; returns outcome counts.
+std::map<std::string, int> CheckEachResultOnce(const Cluster::Submitted& s, size_t want) {
+  std::set<std::string> ids;
+  std::map<std::string, int> outcomes;
+  for (const auto& r : s.results) {
+    EXPECT_TRUE(ids.insert(r.at("id").get<std::string>()).second)
+        << "result delivered twice: " << r.dump();
+    ++outcomes[r.at("outcome").get<std::string>()];
+  }
+  EXPECT_EQ(ids.size(), want);
+  return outcomes;
+}
+
+double WorkerField(Cluster& c, const std::string& id, const std::string& field) {
+  for (const auto& w : c.Workers()) {
+    if (w.value("id", "") == id) return w.at(field).get<double>();
+  }
+  return -1;
+}
+
+bool WorkerListed(Cluster& c, const std::string& id) {
+  for (const auto& w : c.Workers()) {
+    if (w.value("id", "") == id) return true;
+  }
+  return false;
+}
+
+TEST(DataPathTest, TwentyThousandBatchesThroughFourWorkersEachResultOnce) {
+  Cluster c;
+  c.StartBroker();
+  for (int i = 1; i <= 4; ++i) c.StartWorker("w" + std::to_string(i), {"--concurrency", "4"});
+  auto s = c.Submit({"--count", "20000", "--size", "100", "--inflight", "4000"}, seconds(240));
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.output;
+  EXPECT_EQ(s.summary["submitted"], "20000");
+  EXPECT_EQ(s.summary["ok"], "20000");
+  EXPECT_EQ(s.summary["lost"], "0");
+  auto outcomes = CheckEachResultOnce(s, 20000);
+  EXPECT_EQ(outcomes["ok"], 20000);
+  EXPECT_EQ(c.StatValue("completed_ok"), 20000);
+  EXPECT_EQ(c.StatValue("duplicates"), 0);
+}
+
+TEST(DataPathTest, KillNineOneOfThreeWorkersEveryBatchStillCompletesOnce) {
+  Cluster c;
+  c.StartBroker({"--heartbeat-ms", "200"});
+  for (auto id : {"k1", "k2", "k3"}) c.StartWorker(id, {"--handler", "sleep", "--concurrency", "4"});
+  Process submit({Bin("fleet-submit"), "--broker", c.frontend(), "--count", "300",
+                  "--payload", "20", "--inflight", "300", "--output", c.dir().File("out.jsonl")},
+                 c.dir().File("submit.log"));
+  ASSERT_TRUE(WaitFor([&] { return WorkerField(c, "k2", "held") > 0; }));
+  c.worker("k2").Signal(SIGKILL);
+  auto code = submit.Wait(seconds(120));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0) << submit.ReadLog();
+  std::string log = submit.ReadLog();
+  EXPECT_NE(log.find("submitted=300 ok=300 failed=0 lost=0"), std::string::npos) << log;
+  Cluster::Submitted s;
+  std::ifstream in(c.dir().File("out.jsonl"));
+  std::string line;
+  while (std::getline(in, line)) s.results.push_back(nlohmann::json::parse(line));
+  auto outcomes = CheckEachResultOnce(s, 300);
+  EXPECT_EQ(outcomes["ok"], 300);
+  EXPECT_GT(c.StatValue("requeued"), 0) << c.BrokerLog();
+}
+
+TEST(DataPathTest, StoppedWorkerIsDeclaredDeadAndItsLateResultsAreNotDeliveredTwice) {
+  Cluster c;
+  c.StartBroker({"--heartbeat-ms", "100", "--liveness", "3"});
+  c.StartWorker("s1", {"--handler", "sleep", "--concurrency", "2"});
+  c.StartWorker("s2", {"--handler", "sleep", "--concurrency", "2"});
+  Process submit({Bin("fleet-submit"), "--broker", c.frontend(), "--count", "40",
+                  "--payload", "150", "--inflight", "40", "--output", c.dir().File("out.jsonl")},
+                 c.dir().File("submit.log"));
+  ASSERT_TRUE(WaitFor([&] { return WorkerField(c, "s1", "held") > 0; }));
+  c.worker("s1").Signal(SIGSTOP);
+  ASSERT_TRUE(WaitFor([&] { return !WorkerListed(c, "s1"); })) << c.BrokerLog();
+  EXPECT_GT(c.StatValue("requeued"), 0);
+  EXPECT_GT(c.StatValue("workers_dead"), 0);
+  c.worker("s1").Signal(SIGCONT);
+  auto code = submit.Wait(seconds(120));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0) << submit.ReadLog();
+  Cluster::Submitted s;
+  std::ifstream in(c.dir().File("out.jsonl"));
+  std::string line;
+  while (std::getline(in, line)) s.results.push_back(nlohmann::json::parse(line));
+  auto outcomes = CheckEachResultOnce(s, 40);
+  EXPECT_EQ(outcomes["ok"], 40);
+  // The woken worker comes back and registers again.
+  EXPECT_TRUE(WaitFor([&] { return WorkerListed(c, "s1"); })) << c.WorkerLog("s1");
+}
+
+TEST(DataPathTest, RetiredBusyWorkerFinishesGetsNothingNewExitsZeroAndStaysBlacklisted) {
+  Cluster c;
+  c.StartBroker();
+  c.StartWorker("r1", {"--handler", "sleep", "--concurrency", "2"});
+  Process submit({Bin("fleet-submit"), "--broker", c.frontend(), "--count", "4",
+                  "--payload", "1500", "--inflight", "4", "--output", c.dir().File("out.jsonl")},
+                 c.dir().File("submit.log"));
+  ASSERT_TRUE(WaitFor([&] { return WorkerField(c, "r1", "held") == 2; }));
+  RunResult refused = c.Ctl({"retire", "r1", "--if-idle"});
+  EXPECT_EQ(refused.exit_code, 1) << refused.output;
+  EXPECT_NE(refused.output.find("busy"), std::string::npos) << refused.output;
+  RunResult retired = c.Ctl({"retire", "r1"});
+  EXPECT_EQ(retired.exit_code, 0) << retired.output;
+  c.StartWorker("r2", {"--handler", "sleep", "--concurrency", "2"});
+  auto code = c.worker("r1").Wait(seconds(30));
+  ASSERT_TRUE(code.has_value()) << c.WorkerLog("r1");
+  EXPECT_EQ(*code, 0) << c.WorkerLog("r1");
+  auto scode = submit.Wait(seconds(60));
+  ASSERT_TRUE(scode.has_value());
+  EXPECT_EQ(*scode, 0) << submit.ReadLog();
+  EXPECT_NE(submit.ReadLog().find("ok=4 failed=0 lost=0"), std::string::npos) << submit.ReadLog();
+  // r1 ran only the two it held; the other two went to r2.
+  EXPECT_EQ(WorkerField(c, "r2", "processed"), 2);
+  EXPECT_EQ(c.StatValue("completed_failed"), 0);
+  // The retired id comes back within the TTL: told to stop, gets no work.
+  Process again({Bin("fleet-worker"), "--broker", c.backend(), "--id", "r1"},
+                c.dir().File("worker-r1-again.log"));
+  auto again_code = again.Wait(seconds(20));
+  ASSERT_TRUE(again_code.has_value());
+  EXPECT_EQ(*again_code, 0);
+  EXPECT_NE(again.ReadLog().find("blacklisted"), std::string::npos) << again.ReadLog();
+  EXPECT_GE(c.StatValue("blacklist_refusals"), 1);
+}
+
+TEST(DataPathTest, QueueFullIsRejectedClearlyAndClientRetriesCompleteEveryBatch) {
+  Cluster c;
+  c.StartBroker({"--max-queue", "5"});
+  c.StartWorker("q1", {"--concurrency", "2"});
+  auto s = c.Submit({"--count", "2000", "--inflight", "500"}, seconds(120));
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.output;
+  EXPECT_EQ(s.summary["ok"], "2000");
+  EXPECT_EQ(s.summary["lost"], "0");
+  CheckEachResultOnce(s, 2000);
+  EXPECT_GT(c.StatValue("rejected_queue_full"), 0);
+}
+
+TEST(DataPathTest, ExecHandlerReportsFailureWithReasonAndKillsHangingCommandAtTimeout) {
+  Cluster c;
+  c.StartBroker();
+  c.StartWorker("e1", {"--handler", "exec", "--concurrency", "3", "--batch-timeout", "1",
+                       "--exec",
+                       "read p; case $p in fail) echo broken-input >&2; exit 3;; "
+                       "hang) sleep 60;; *) echo out-$p;; esac"});
+  std::string input = c.dir().File("input.txt");
+  std::ofstream(input) << "fail\nhang\nfine\n";
+  auto s = c.Submit({"--input", input}, seconds(60));
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.output;
+  EXPECT_EQ(s.summary["ok"], "1");
+  EXPECT_EQ(s.summary["failed"], "2");
+  ASSERT_EQ(s.results.size(), 3u);
+  int seen = 0;
+  for (const auto& r : s.results) {
+    std::string error = r.value("error", "");
+    if (r.value("outcome", "") == "ok") {
+      EXPECT_EQ(r.value("result", ""), "out-fine\n");
+      ++seen;
+    } else if (error.find("broken-input") != std::string::npos) {
+      ++seen;
+    } else if (error.find("timed out") != std::string::npos) {
+      ++seen;
+    } else {
+      ADD_FAILURE() << "unexpected result " << r.dump();
+    }
+  }
+  EXPECT_EQ(seen, 3);
+}
+
+}  // namespace
+}  // namespace fleet::testing

@@ -37,6 +37,7 @@ struct Config {
   std::string queue = "default";
   std::string output;
   double timeout_seconds = 0;
+  double resend_after_seconds = 10;
   std::string log_level = "info";
 };
 
@@ -116,6 +117,8 @@ int Run(const Config& config) {
   Producer::Options options;
   options.endpoint = config.broker;
   options.max_in_flight = config.inflight;
+  options.resend_after = std::chrono::duration_cast<fleet::Duration>(
+      std::chrono::duration<double>(config.resend_after_seconds));
   std::unique_ptr<Producer> producer;
   try {
     producer = std::make_unique<Producer>(context, options, on_result, clock);
@@ -224,6 +227,11 @@ int main(int argc, char** argv) {
                  "stop waiting after S seconds (0: wait forever); batches "
                  "without a result count as lost")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--resend-after-seconds", config.resend_after_seconds,
+                 "a batch without a result this long is fetched from the broker, and "
+                 "sent again if the broker lost it (a restart)")
+      ->check(CLI::Range(0.05, 86400.0))
       ->capture_default_str();
   app.add_option("--log-level", config.log_level,
                  "trace, debug, info, warn, error, off")

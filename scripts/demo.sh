@@ -5,13 +5,13 @@
 # running, whatever happens.
 #
 # Usage: scripts/demo.sh [BIN_DIR]
-# Sizes: FLEET_DEMO_WORKERS (4), FLEET_DEMO_COUNT (20000), FLEET_DEMO_SLEEPS (400)
+# Sizes: FLEET_DEMO_WORKERS (4), FLEET_DEMO_COUNT (100000), FLEET_DEMO_SLEEPS (1600)
 set -euo pipefail
 
 BIN=$(cd "${1:-build/bin}" && pwd)
 WORKERS=${FLEET_DEMO_WORKERS:-4}
-COUNT=${FLEET_DEMO_COUNT:-20000}
-SLEEPS=${FLEET_DEMO_SLEEPS:-400}
+COUNT=${FLEET_DEMO_COUNT:-100000}
+SLEEPS=${FLEET_DEMO_SLEEPS:-1600}
 tmp=$(mktemp -d -t fleet-demo.XXXXXX)
 pids=()
 view_pid=""

@@ -185,3 +185,48 @@ TEST(DataPathTest, ExecHandlerReportsFailureWithReasonAndKillsHangingCommandAtTi
 
 }  // namespace
 }  // namespace fleet::testing
+
+namespace fleet::testing {
+namespace {
+
+// Picks the broker's ports once, so a restarted broker listens where the
+// producer and workers reconnect.
+TEST(DataPathTest, BrokerRestartMidRunLosesNoBatchWorkersReRegisterProducerResends) {
+  Cluster first;
+  first.StartBroker();
+  std::string fe = first.frontend(), be = first.backend(), ctl = first.control();
+  first.broker().Signal(SIGKILL);  // only its ports were wanted
+  ASSERT_TRUE(first.broker().Wait(std::chrono::seconds(10)).has_value());
+  Cluster c;
+  c.StartBroker({"--frontend", fe, "--backend", be, "--control", ctl, "--heartbeat-ms", "200"});
+  c.StartWorker("b1", {"--handler", "sleep", "--concurrency", "4", "--heartbeat-ms", "200"});
+  c.StartWorker("b2", {"--handler", "sleep", "--concurrency", "4", "--heartbeat-ms", "200"});
+  Process submit({Bin("fleet-submit"), "--broker", fe, "--count", "200", "--payload", "20",
+                  "--inflight", "200", "--resend-after-seconds", "1",
+                  "--output", c.dir().File("out.jsonl")},
+                 c.dir().File("submit.log"));
+  ASSERT_TRUE(WaitFor([&] { return c.StatValue("completed_ok") >= 20; }));
+  c.broker().Signal(SIGKILL);
+  ASSERT_TRUE(c.broker().Wait(std::chrono::seconds(10)).has_value());
+  c.StartBroker({"--frontend", fe, "--backend", be, "--control", ctl, "--heartbeat-ms", "200"});
+  auto code = submit.Wait(std::chrono::seconds(120));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0) << submit.ReadLog();
+  EXPECT_NE(submit.ReadLog().find("submitted=200 ok=200 failed=0 lost=0"), std::string::npos)
+      << submit.ReadLog();
+  Cluster::Submitted s;
+  std::ifstream in(c.dir().File("out.jsonl"));
+  std::string line;
+  while (std::getline(in, line)) s.results.push_back(nlohmann::json::parse(line));
+  CheckEachResultOnce(s, 200);
+  // The new broker got only what the old one had not finished: re-sent.
+  double resent = c.StatValue("submitted");
+  EXPECT_GT(resent, 0);
+  EXPECT_LT(resent, 200);
+  // Both workers found the new broker on their own.
+  EXPECT_TRUE(WaitFor([&] { return WorkerListed(c, "b1") && WorkerListed(c, "b2"); }))
+      << c.WorkerLog("b1");
+}
+
+}  // namespace
+}  // namespace fleet::testing

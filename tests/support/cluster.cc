@@ -2,6 +2,8 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -42,11 +44,15 @@ Cluster::~Cluster() {
 
 void Cluster::StartBroker(std::vector<std::string> extra) {
   std::string ready = dir_.File("broker.ready");
-  std::vector<std::string> argv = {Bin("fleet-broker"),
-                                   "--frontend", "tcp://127.0.0.1:*",
-                                   "--backend", "tcp://127.0.0.1:*",
-                                   "--control", "tcp://127.0.0.1:*",
-                                   "--ready-file", ready};
+  std::remove(ready.c_str());  // a restart must not read the old one
+  std::vector<std::string> argv = {Bin("fleet-broker"), "--ready-file", ready};
+  // Ephemeral ports unless `extra` names the endpoint (a restart on the
+  // same ports).
+  for (const char* flag : {"--frontend", "--backend", "--control"}) {
+    if (std::find(extra.begin(), extra.end(), flag) == extra.end()) {
+      argv.insert(argv.end(), {flag, "tcp://127.0.0.1:*"});
+    }
+  }
   argv.insert(argv.end(), extra.begin(), extra.end());
   broker_ = std::make_unique<Process>(argv, dir_.File("broker.log"));
   if (!WaitFor([&] { return !ReadFile(ready).empty(); }, std::chrono::seconds(10))) {

@@ -89,6 +89,7 @@ void BrokerCore::Reject(std::string_view identity, std::string_view id,
 void BrokerCore::OnBadInput(Socket socket, std::string_view identity,
                             ErrorCode code, std::string_view detail) {
   ++counters_.malformed;
+  ++counters_.malformed_by_code[std::min<std::size_t>(static_cast<std::size_t>(code), 15)];
   // The first few are worth a warning; a flood must not flood the log.
   if (++bad_input_logged_ <= 20 || bad_input_logged_ % 1000 == 0) {
     spdlog::warn("rejected message on {} from peer {}: {} ({}); {} so far",
@@ -318,6 +319,7 @@ void BrokerCore::Complete(const proto::DoneItem& item, Worker* reporter, TimePoi
   }
   Batch* b = batches_.Get(*seq);
   if (b->state == BatchState::kRunning) {
+    processing_seconds_.Observe(SecondsBetween(b->dispatched_at, now));
     if (Worker* holder = workers_.Find(b->worker)) Release(*holder, *seq, now);
   }
   StoredResult r{item.outcome == proto::Outcome::kOk ? proto::Outcome::kOk
@@ -414,6 +416,8 @@ void BrokerCore::Pump(TimePoint now) {
       continue;
     }
     Batch* b = batches_.Get(*seq);
+    if (w->retiring) ++counters_.dispatched_to_retiring;  // never, by the check above
+    wait_seconds_.Observe(SecondsBetween(b->enqueued_at, now));
     ++b->attempts;
     b->worker = w->id;
     b->dispatched_at = now;

@@ -27,6 +27,7 @@
 #include "broker/counters.h"
 #include "broker/result_store.h"
 #include "broker/worker_registry.h"
+#include "common/histogram.h"
 #include "common/protocol.h"
 #include "common/string_map.h"
 
@@ -106,6 +107,10 @@ class BrokerCore {
   const ResultStore& results() const { return results_; }
   WorkerRegistry& workers() { return workers_; }
   const Blacklist& blacklist() const { return blacklist_; }
+  // Queue wait (accepted -> dispatched) and processing (dispatched -> first
+  // result) since the metrics exporter last drained them.
+  BucketCounts& wait_seconds() { return wait_seconds_; }
+  BucketCounts& processing_seconds() { return processing_seconds_; }
   const BrokerOptions& options() const { return options_; }
 
  private:
@@ -148,6 +153,8 @@ class BrokerCore {
   WorkerRegistry workers_;
   Blacklist blacklist_;
   Counters counters_;
+  BucketCounts wait_seconds_{LatencyBuckets()};
+  BucketCounts processing_seconds_{LatencyBuckets()};
   Outbox outbox_;
   std::string scratch_;  // reused encode buffer
   std::uint64_t bad_input_logged_ = 0;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "broker/broker_metrics.h"
 #include "common/zmq_util.h"
 
 namespace fleet::broker {
@@ -103,6 +104,7 @@ void BrokerServer::Run(const std::function<bool()>& stop) {
       core_.Tick(now);
       core_.Pump(now);  // batches requeued from dead workers
       Flush(now);
+      if (metrics_ != nullptr) metrics_->Update(core_, now);
       next_tick = now + tick;
     }
   }
@@ -223,6 +225,7 @@ void WriteReadyFile(const std::string& path, const BrokerServer& server) {
     f << "frontend=" << server.frontend_endpoint() << "\n"
       << "backend=" << server.backend_endpoint() << "\n"
       << "control=" << server.control_endpoint() << "\n";
+    for (const std::string& line : server.ready_lines()) f << line << "\n";
     if (!f) throw std::runtime_error("cannot write ready file " + tmp);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -37,6 +37,12 @@ class BrokerServer {
 
   BrokerCore& core() { return core_; }
 
+  // Metrics refreshed on every housekeeping tick; borrowed, may be null.
+  void set_metrics(class BrokerMetrics* metrics) { metrics_ = metrics; }
+  // Extra key=value lines for the ready file (e.g. the metrics URL).
+  void add_ready_line(std::string line) { ready_lines_.push_back(std::move(line)); }
+  const std::vector<std::string>& ready_lines() const { return ready_lines_; }
+
  private:
   void Drain(zmq::socket_t& socket, Socket which, TimePoint now);
   void Flush(TimePoint now);
@@ -55,6 +61,8 @@ class BrokerServer {
   std::string control_endpoint_;
   std::vector<zmq::message_t> frames_;  // reused receive buffer
   std::string scratch_;                 // reused encode buffer
+  class BrokerMetrics* metrics_ = nullptr;
+  std::vector<std::string> ready_lines_;
 };
 
 // Writes the resolved endpoints as key=value lines (atomically: temp file,

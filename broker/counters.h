@@ -19,6 +19,8 @@ struct Counters {
   std::uint64_t rejected_too_large = 0;
   std::uint64_t rejected_invalid = 0;
   std::uint64_t malformed = 0;          // undecodable or misplaced messages
+  std::uint64_t malformed_by_code[16] = {};  // by proto::ErrorCode
+  std::uint64_t dispatched_to_retiring = 0;  // invariant: stays 0
   std::uint64_t undeliverable = 0;      // messages to a gone or full peer
   std::uint64_t workers_registered = 0;
   std::uint64_t workers_dead = 0;       // silent past liveness

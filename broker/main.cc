@@ -5,6 +5,7 @@
 #include <chrono>
 #include <exception>
 
+#include "broker/broker_metrics.h"
 #include "broker/broker_server.h"
 #include "common/flags.h"
 #include "common/log.h"
@@ -49,8 +50,7 @@ int main(int argc, char** argv) {
                  "largest message (one frame) accepted from any peer")
       ->capture_default_str()->check(CLI::Range(1024ul, 1ul << 30));
   app.add_option("--metrics", metrics,
-                 "address for the Prometheus /metrics endpoint (served from the metrics issue "
-                 "on; accepted now so deployments can set it)")
+                 "address:port for Prometheus /metrics (\"\" turns it off; port 0 picks one)")
       ->capture_default_str();
   app.add_option("--ready-file", o.ready_file,
                  "write the bound endpoints (key=value lines) to this file once listening");
@@ -72,12 +72,25 @@ int main(int argc, char** argv) {
     InstallStopSignals();
     SteadyClock clock;
     broker::BrokerServer server(o, clock);
+    std::shared_ptr<prometheus::Registry> registry;
+    std::unique_ptr<broker::BrokerMetrics> metrics_state;
+    std::unique_ptr<prometheus::Exposer> exposer;
+    std::string metrics_url = "off";
+    if (!metrics.empty()) {
+      registry = std::make_shared<prometheus::Registry>();
+      metrics_state = std::make_unique<broker::BrokerMetrics>(*registry);
+      metrics_state->Update(server.core(), clock.Now());
+      exposer = broker::ServeMetrics(metrics, registry);
+      metrics_url = broker::MetricsUrl(metrics, *exposer);
+      server.set_metrics(metrics_state.get());
+      server.add_ready_line("metrics=" + metrics_url);
+    }
     if (!o.ready_file.empty()) broker::WriteReadyFile(o.ready_file, server);
     spdlog::info(
-        "listening: frontend {} backend {} control {}; max-queue {} max-attempts {} "
+        "listening: frontend {} backend {} control {} metrics {}; max-queue {} max-attempts {} "
         "blacklist-ttl {} s; in-memory queue (batches do not survive a broker restart)",
         server.frontend_endpoint(), server.backend_endpoint(), server.control_endpoint(),
-        o.max_queue, o.max_attempts, blacklist_ttl_s);
+        metrics_url, o.max_queue, o.max_attempts, blacklist_ttl_s);
     server.Run([] { return StopRequested(); });
     const auto& b = server.core().batches();
     spdlog::info("stopping on signal {}: {} batches queued and {} in flight are dropped "

@@ -36,7 +36,7 @@ say() { printf '\n== %s\n' "$*"; }
 
 say "starting fleet-broker"
 "$BIN/fleet-broker" --frontend 'tcp://127.0.0.1:*' --backend 'tcp://127.0.0.1:*' \
-  --control 'tcp://127.0.0.1:*' --ready-file "$tmp/ready" --heartbeat-ms 250 \
+  --control 'tcp://127.0.0.1:*' --metrics 127.0.0.1:0 --ready-file "$tmp/ready" --heartbeat-ms 250 \
   --log-level warn 2>"$tmp/broker.log" &
 pids+=($!)
 for _ in $(seq 200); do [ -s "$tmp/ready" ] && break; sleep 0.05; done

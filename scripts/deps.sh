@@ -7,7 +7,7 @@ pkgs=(
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev prometheus-cpp-dev
   libcli11-dev libspdlog-dev nlohmann-json3-dev libcurl4-openssl-dev
   libssl-dev libgtest-dev libgmock-dev
-  python3 python3-zmq python3-msgpack procps
+  python3 python3-zmq python3-msgpack procps prometheus
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -33,7 +33,7 @@ fail() {
 }
 
 "$bin_dir/fleet-broker" --frontend 'tcp://127.0.0.1:*' --backend 'tcp://127.0.0.1:*' \
-  --control 'tcp://127.0.0.1:*' --ready-file "$tmp/ready" >"$tmp/broker.log" 2>&1 &
+  --control 'tcp://127.0.0.1:*' --metrics 127.0.0.1:0 --ready-file "$tmp/ready" >"$tmp/broker.log" 2>&1 &
 broker_pid=$!
 
 for ((i = 0; i < 200; i++)); do  # 200 x 0.05 s = 10 s

@@ -53,6 +53,9 @@ void Cluster::StartBroker(std::vector<std::string> extra) {
       argv.insert(argv.end(), {flag, "tcp://127.0.0.1:*"});
     }
   }
+  if (std::find(extra.begin(), extra.end(), "--metrics") == extra.end()) {
+    argv.insert(argv.end(), {"--metrics", "127.0.0.1:0"});
+  }
   argv.insert(argv.end(), extra.begin(), extra.end());
   broker_ = std::make_unique<Process>(argv, dir_.File("broker.log"));
   if (!WaitFor([&] { return !ReadFile(ready).empty(); }, std::chrono::seconds(10))) {
@@ -66,6 +69,7 @@ void Cluster::StartBroker(std::vector<std::string> extra) {
     if (k == "frontend") frontend_ = v;
     if (k == "backend") backend_ = v;
     if (k == "control") control_ = v;
+    if (k == "metrics") metrics_ = v;
   }
 }
 

@@ -56,6 +56,8 @@ class Cluster {
   const std::string& frontend() const { return frontend_; }
   const std::string& backend() const { return backend_; }
   const std::string& control() const { return control_; }
+  // http://127.0.0.1:PORT/metrics of the broker.
+  const std::string& metrics() const { return metrics_; }
   const TempDir& dir() const { return dir_; }
   std::string BrokerLog() const { return ReadFile(dir_.File("broker.log")); }
   std::string WorkerLog(const std::string& id) const {
@@ -66,7 +68,7 @@ class Cluster {
   TempDir dir_;
   std::unique_ptr<Process> broker_;
   std::map<std::string, std::unique_ptr<Process>> workers_;
-  std::string frontend_, backend_, control_;
+  std::string frontend_, backend_, control_, metrics_;
   int runs_ = 0;
 };
 

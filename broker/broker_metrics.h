@@ -1,0 +1,89 @@
+// BrokerMetrics: the broker's Prometheus metrics (names in DESIGN.md),
+// registered once and refreshed from BrokerCore by the loop on its
+// housekeeping tick. The exposer's threads only read prometheus-cpp's
+// atomics; they never touch broker state.
+//
+// Not thread-safe apart from that: the loop is the only writer.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <memory>
+#include <string>
+
+#include "broker/broker_core.h"
+#include "common/string_map.h"
+
+namespace fleet::broker {
+
+class BrokerMetrics {
+ public:
+  // Registers every family in `registry`.
+  explicit BrokerMetrics(prometheus::Registry& registry);
+
+  // Copies gauges from `core`, adds counter deltas, drains its histograms.
+  void Update(BrokerCore& core, TimePoint now);
+
+ private:
+  struct WorkerSeries {
+    prometheus::Gauge* idle;
+    prometheus::Gauge* held;
+    prometheus::Gauge* retiring;
+    bool seen;
+  };
+  // Adds the growth of `current` since the last call to `counter`.
+  static void Advance(prometheus::Counter& counter, std::uint64_t current,
+                      std::uint64_t& last);
+
+  prometheus::Family<prometheus::Gauge>& queue_depth_;
+  prometheus::Gauge& inflight_;
+  prometheus::Family<prometheus::Gauge>& workers_;
+  prometheus::Gauge* workers_by_state_[3];
+  prometheus::Family<prometheus::Gauge>& worker_idle_;
+  prometheus::Family<prometheus::Gauge>& worker_held_;
+  prometheus::Family<prometheus::Gauge>& worker_retiring_;
+  prometheus::Gauge& blacklisted_;
+  prometheus::Gauge& results_retained_;
+  prometheus::Counter& submitted_;
+  prometheus::Family<prometheus::Counter>& completed_;
+  prometheus::Counter& completed_ok_;
+  prometheus::Counter& completed_failed_;
+  prometheus::Counter& requeued_;
+  prometheus::Counter& dead_lettered_;
+  prometheus::Counter& duplicates_;
+  prometheus::Counter& resubmitted_;
+  prometheus::Family<prometheus::Counter>& rejected_;
+  prometheus::Counter& rejected_queue_full_;
+  prometheus::Counter& rejected_too_large_;
+  prometheus::Counter& rejected_invalid_;
+  prometheus::Family<prometheus::Counter>& bad_messages_;
+  prometheus::Counter* bad_by_code_[16] = {};
+  prometheus::Counter& undeliverable_;
+  prometheus::Counter& workers_registered_;
+  prometheus::Counter& workers_dead_;
+  prometheus::Counter& workers_retired_;
+  prometheus::Counter& retire_refused_;
+  prometheus::Counter& blacklist_refusals_;
+  prometheus::Counter& dispatched_to_retiring_;
+  prometheus::Histogram& wait_seconds_;
+  prometheus::Histogram& processing_seconds_;
+
+  StringMap<prometheus::Gauge*> queue_series_;
+  StringMap<WorkerSeries> worker_series_;
+  Counters last_;
+};
+
+// Serves /metrics of `registry` on `bind_address` ("0.0.0.0:9750",
+// "127.0.0.1:0"). Throws std::runtime_error with the address on failure.
+std::unique_ptr<prometheus::Exposer> ServeMetrics(
+    const std::string& bind_address, std::shared_ptr<prometheus::Registry> registry);
+
+// "http://127.0.0.1:PORT/metrics" for a bound exposer (a 0 port resolved).
+std::string MetricsUrl(const std::string& bind_address, const prometheus::Exposer& exposer);
+
+}  // namespace fleet::broker

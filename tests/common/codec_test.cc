@@ -169,7 +169,7 @@ TEST(CodecTest, RejectsMalformedTruncatedOversizedAndWrongVersion) {
            std::string("\xdd\x00\xff\xff\xff", 5),
        ErrorCode::kTooLarge},
       {"huge map header", std::string("\xdf\xff\xff\xff\xff", 5), ErrorCode::kTooLarge},
-      {"truncated str32", std::string("\x93\x01\x04\xdb\x00\x00\x10\x00ab", 10),
+      {"truncated str32", std::string("\x93\x01\x04\xdb\x00\x00\x10\x00" "ab", 10),
        ErrorCode::kMalformed},
       {"huge bin header, no body", std::string("\xc6\xff\xff\xff\xff", 5), ErrorCode::kMalformed},
       {"ext type", std::string("\xd4\x01\x02", 3), ErrorCode::kTooLarge},

@@ -60,6 +60,8 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
+  app.add_option("--metrics", options.metrics,
+                 "address:port to serve Prometheus /metrics on (e.g. 0.0.0.0:9752); off when empty");
   app.add_option("--heartbeat-ms", heartbeat_ms,
                  "heartbeat interval until the broker's WELCOME sets one")
       ->check(CLI::Range(10, 3'600'000))

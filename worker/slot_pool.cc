@@ -12,7 +12,7 @@ namespace {
 
 // Inproc frames of one completion: id, attempt (4 bytes, host order: inproc
 // never leaves the process), ok (1 byte), result, error.
-constexpr std::size_t kFrames = 5;
+constexpr std::size_t kFrames = 6;
 
 void FreeString(void* /*data*/, void* hint) { delete static_cast<std::string*>(hint); }
 
@@ -39,13 +39,14 @@ std::optional<Completion> Completion::Receive(zmq::socket_t& pull) {
     c.frames_.push_back(std::move(part));
   }
   if (c.frames_.size() != kFrames || c.frames_[1].size() != sizeof(c.attempt_) ||
-      c.frames_[2].size() != 1) {
+      c.frames_[2].size() != 1 || c.frames_[5].size() != sizeof(double)) {
     spdlog::error("slot sent a malformed completion ({} frames); dropped",
                   c.frames_.size());
     return std::nullopt;
   }
   std::memcpy(&c.attempt_, c.frames_[1].data(), sizeof(c.attempt_));
   c.ok_ = *static_cast<const char*>(c.frames_[2].data()) != 0;
+  std::memcpy(&c.seconds_, c.frames_[5].data(), sizeof(c.seconds_));
   return c;
 }
 
@@ -151,7 +152,9 @@ void SlotPool::SlotMain(zmq::context_t& context, const std::string& endpoint) {
     push.send(zmq::buffer(&task.attempt, sizeof(task.attempt)), zmq::send_flags::sndmore);
     push.send(zmq::buffer(&ok, 1), zmq::send_flags::sndmore);
     push.send(AdoptString(std::move(out.result)), zmq::send_flags::sndmore);
-    push.send(zmq::buffer(out.error), zmq::send_flags::none);
+    push.send(zmq::buffer(out.error), zmq::send_flags::sndmore);
+    const double seconds = took.count();
+    push.send(zmq::buffer(&seconds, sizeof(seconds)), zmq::send_flags::none);
   }
 }
 

@@ -46,6 +46,8 @@ class Completion {
   bool ok() const { return ok_; }
   std::string_view result() const { return View(3); }
   std::string_view error() const { return View(4); }
+  // How long the handler ran.
+  double seconds() const { return seconds_; }
   // Bytes this completion adds to an encoded DONE (roughly).
   std::size_t size() const;
 
@@ -56,6 +58,7 @@ class Completion {
   std::vector<zmq::message_t> frames_;
   std::uint32_t attempt_ = 0;
   bool ok_ = false;
+  double seconds_ = 0;
 };
 
 class SlotPool {

@@ -96,6 +96,10 @@ Worker::Worker(WorkerOptions options)
                                      options_.concurrency, options_.batch_timeout,
                                      options_.limits.max_payload_bytes,
                                      kMaxErrorBytes);
+  if (!options_.metrics.empty()) {
+    metrics_ = std::make_unique<WorkerMetrics>(options_.metrics, options_.concurrency);
+    spdlog::info("worker {}: metrics on {}", options_.id, metrics_->url());
+  }
 }
 
 Worker::~Worker() = default;
@@ -173,6 +177,10 @@ bool Worker::MaySendResults() const {
 void Worker::ReceiveCompletions() {
   while (auto completion = Completion::Receive(results_)) {
     credit_.OnCompleted();
+    if (metrics_) {
+      metrics_->OnCompleted(completion->ok(), completion->seconds());
+      metrics_->SetBusy(credit_.held());
+    }
     unsent_.push_back(std::move(*completion));
   }
 }
@@ -250,6 +258,7 @@ void Worker::HandleDispatch(const proto::Dispatch& dispatch) {
                        std::string(b.payload)});
   }
   credit_.OnDispatch(n);
+  if (metrics_) metrics_->SetBusy(credit_.held());
   if (credit_.over_committed() && !warned_overcredit_) {
     warned_overcredit_ = true;
     spdlog::warn("worker {}: broker sent more batches than our credit ({} held, "

@@ -26,6 +26,7 @@
 #include "worker/credit_ledger.h"
 #include "worker/handler.h"
 #include "worker/slot_pool.h"
+#include "worker/worker_metrics.h"
 
 namespace fleet::worker {
 
@@ -43,6 +44,7 @@ struct WorkerOptions {
   Millis backoff_max{8000};       // ceiling of the reconnect delay
   SocketLimits socket_limits;     // for the DEALER
   proto::Limits limits;           // on what the broker sends us
+  std::string metrics;            // address:port for /metrics; "" = off
 };
 
 // Throws std::invalid_argument naming the first bad field.
@@ -109,6 +111,7 @@ class Worker {
   std::unique_ptr<zmq::socket_t> broker_;   // DEALER; null while backing off
   std::unique_ptr<Handler> handler_;
   std::unique_ptr<SlotPool> pool_;
+  std::unique_ptr<WorkerMetrics> metrics_;  // null without --metrics
 
   State state_ = State::kBackoff;
   Millis heartbeat_;

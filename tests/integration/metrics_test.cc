@@ -74,3 +74,39 @@ TEST(MetricsTest, PromtoolAcceptsTheBrokerPage) {
 
 }  // namespace
 }  // namespace fleet::testing
+
+namespace fleet::testing {
+namespace {
+
+TEST(MetricsTest, WorkerServesItsOwnMetricsThatPromtoolAccepts) {
+  Cluster c;
+  c.StartBroker();
+  c.StartWorker("wm", {"--metrics", "127.0.0.1:0", "--concurrency", "3"});
+  auto s = c.Submit({"--count", "20"});
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.output;
+  // The worker logs where it serves.
+  std::string url;
+  ASSERT_TRUE(WaitFor([&] {
+    std::string log = c.WorkerLog("wm");
+    auto at = log.find("metrics on ");
+    if (at == std::string::npos) return false;
+    url = log.substr(at + 11, log.find('\n', at) - at - 11);
+    return true;
+  }));
+  std::string page;
+  ASSERT_TRUE(WaitFor([&] {
+    page = HttpGet(url);
+    return Has(page, "fleet_worker_batches_processed_total{outcome=\"ok\"} 20");
+  })) << url << "\n" << page;
+  EXPECT_TRUE(Has(page, "fleet_worker_slots 3"));
+  EXPECT_TRUE(Has(page, "fleet_worker_busy_slots 0"));
+  EXPECT_TRUE(Has(page, "fleet_worker_handler_seconds_count 20"));
+  std::string file = c.dir().File("worker-metrics.txt");
+  std::ofstream(file) << page;
+  RunResult r = testing::Run({"/bin/sh", "-c", "promtool check metrics < " + file},
+                             std::chrono::seconds(30), c.dir().File("promtool.log"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+}  // namespace
+}  // namespace fleet::testing

@@ -1,0 +1,44 @@
+// WorkerMetrics: fleet-worker's own Prometheus metrics, served when
+// --metrics is given: batches processed by outcome, busy and total slots,
+// handler time. Registered once; the worker loop only increments and sets.
+// The exposer's threads read prometheus-cpp's atomics (the histogram takes
+// its own short lock).
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <memory>
+#include <string>
+
+namespace fleet::worker {
+
+class WorkerMetrics {
+ public:
+  // Serves /metrics on `bind_address` ("0.0.0.0:9752", "127.0.0.1:0").
+  // Throws std::runtime_error naming the address when it cannot bind.
+  WorkerMetrics(const std::string& bind_address, int slots);
+
+  void OnCompleted(bool ok, double seconds) {
+    (ok ? processed_ok_ : processed_failed_).Increment();
+    handler_seconds_.Observe(seconds);
+  }
+  void SetBusy(std::uint32_t held) { busy_.Set(static_cast<double>(held)); }
+  // http://HOST:PORT/metrics as bound.
+  const std::string& url() const { return url_; }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Counter& processed_ok_;
+  prometheus::Counter& processed_failed_;
+  prometheus::Gauge& busy_;
+  prometheus::Gauge& slots_;
+  prometheus::Histogram& handler_seconds_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string url_;
+};
+
+}  // namespace fleet::worker

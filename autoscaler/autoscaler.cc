@@ -1,0 +1,170 @@
+#include "autoscaler/autoscaler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+#include "common/zmq_util.h"
+
+namespace fleet::autoscaler {
+
+Autoscaler::Autoscaler(AutoscalerOptions options, std::string run_tag, Launcher& launcher,
+                       MetricsSource& source, client::ControlClient& control,
+                       AutoscalerMetrics& metrics)
+    : options_(options),
+      pool_(options.pool, std::move(run_tag)),
+      policy_(options.policy),
+      launcher_(launcher),
+      source_(source),
+      control_(control),
+      metrics_(metrics) {}
+
+std::optional<double> Autoscaler::ControlQueued() {
+  auto r = control_.Call(proto::Control{0, "stats", {}}, options_.control_timeout);
+  if (!r) return std::nullopt;
+  auto* stats = std::get_if<proto::StatsReply>(&r->message);
+  if (stats == nullptr) return std::nullopt;
+  for (const auto& [name, value] : stats->values) {
+    if (name == "queued") return value;
+  }
+  return std::nullopt;
+}
+
+bool Autoscaler::ControlOp(const char* op, const std::string& id, std::string* message) {
+  auto r = control_.Call(proto::Control{0, op, {id}}, options_.control_timeout);
+  if (!r) {
+    *message = "no answer from the broker";
+    return false;
+  }
+  if (auto* reply = std::get_if<proto::ControlReply>(&r->message)) {
+    *message = std::string(proto::ErrorCodeName(reply->code)) + ": " + std::string(reply->message);
+    return reply->code == proto::ErrorCode::kOk;
+  }
+  if (auto* err = std::get_if<proto::Error>(&r->message)) {
+    *message = std::string(proto::ErrorCodeName(err->code)) + ": " + std::string(err->message);
+  }
+  return false;
+}
+
+void Autoscaler::Step(TimePoint now) {
+  for (const Exited& e : launcher_.Poll(now)) {
+    spdlog::info("worker {} exited (status {})", e.id, e.status);
+    const PoolEntry* entry = pool_.Find(e.id);
+    if (entry != nullptr && entry->state == PoolState::kStarting) metrics_.StartFailure();
+    pool_.Forget(e.id, now);
+  }
+
+  std::string error;
+  Observation obs = source_.Read(&error);
+  if (!obs.fresh) {
+    metrics_.SourceError();
+    obs.control_queued = ControlQueued();
+    if (!source_failing_) {
+      spdlog::warn("metrics from {} unusable ({}): scale-down frozen; scale-up from the "
+                   "broker's stats (queued {})",
+                   source_.Describe(), error,
+                   obs.control_queued ? std::to_string(*obs.control_queued) : "unknown");
+    }
+    source_failing_ = true;
+  } else if (source_failing_) {
+    spdlog::info("metrics from {} readable again", source_.Describe());
+    source_failing_ = false;
+  }
+
+  ObserveResult seen = pool_.Observe(obs, now);
+  for (const auto& id : seen.registered) spdlog::info("worker {} registered", id);
+  for (const auto& id : seen.adopted) spdlog::info("adopted worker {} found at the broker", id);
+  for (const auto& id : seen.timed_out) {
+    metrics_.StartFailure();
+    spdlog::warn("worker {} did not register within {:.0f} s: killing it (launches back off "
+                 "after {} consecutive failures)",
+                 id, std::chrono::duration<double>(options_.pool.start_timeout).count(),
+                 pool_.consecutive_start_failures());
+    launcher_.Stop(id, Duration(0), now);
+    pool_.MarkStopping(id);
+  }
+  for (const auto& id : seen.vanished) {
+    // Gone from the broker (drained, or died): make sure the process is too.
+    launcher_.Stop(id, options_.grace, now);
+  }
+
+  Decision d = policy_.Decide(obs, pool_, now);
+  for (const auto& id : d.unretire) {
+    std::string msg;
+    if (ControlOp("unretire", id, &msg)) {
+      pool_.MarkUnretired(id);
+      launcher_.CancelStop(id);
+      spdlog::info("took back retiring worker {}", id);
+    } else {
+      spdlog::info("could not take back worker {} ({})", id, msg);
+    }
+  }
+  for (int i = 0; i < d.launch; ++i) {
+    std::string id = pool_.Launch(now);
+    std::string err;
+    if (launcher_.Start(id, now, &err)) {
+      metrics_.Launched();
+    } else {
+      metrics_.StartFailure();
+      pool_.LaunchFailed(id, now);
+      spdlog::error("could not start worker {} with the {} launcher: {}", id, launcher_.name(),
+                    err);
+    }
+  }
+  for (const auto& id : d.retire) {
+    std::string msg;
+    if (ControlOp("retire-if-idle", id, &msg)) {
+      pool_.MarkRetiring(id, now);
+      launcher_.Stop(id, options_.grace, now);
+      metrics_.Retired();
+    } else {
+      metrics_.RetireRefused();
+      spdlog::info("broker refused to retire worker {} ({}); it stays", id, msg);
+    }
+  }
+
+  LogDecision(d, obs);
+  metrics_.SetDesired(d.desired);
+  PoolCounts c = pool_.Counts();
+  metrics_.SetPool(c.starting, c.running + c.foreign, c.retiring + c.stopping);
+  metrics_.Decision(d.action, d.reason_code);
+  last_ = std::move(d);
+}
+
+void Autoscaler::LogDecision(const Decision& d, const Observation& obs) {
+  // Every change is logged with its inputs; an unchanged hold only once.
+  if (d.action == "hold" && d.reason_code == last_logged_) return;
+  last_logged_ = d.action == "hold" ? d.reason_code : "";
+  auto fmt = [](double v) { return std::isnan(v) ? std::string("?") : fmt::format("{:g}", v); };
+  std::string ids;
+  for (const auto& id : d.retire) ids += (ids.empty() ? "" : ",") + id;
+  spdlog::info("decision {} ({}): desired {} pool {} (starting {}, retiring {}); load {} "
+               "queued {} inflight {}{}{}{}; {}",
+               d.action, d.reason_code, d.desired, d.pool, d.starting, d.retiring, fmt(d.load),
+               fmt(obs.queued), fmt(obs.inflight),
+               d.launch > 0 ? fmt::format("; launch {}", d.launch) : std::string(),
+               d.unretire.empty() ? std::string() : fmt::format("; unretire {}", d.unretire.size()),
+               ids.empty() ? std::string() : "; retire " + ids, d.reason);
+}
+
+int Autoscaler::Run(const Clock& clock, const std::function<bool()>& stop) {
+  TimePoint next = clock.Now();
+  while (!stop()) {
+    TimePoint now = clock.Now();
+    if (now >= next) {
+      Step(now);
+      next = now + options_.policy.poll;
+      continue;
+    }
+    // zmq_poll with no items sleeps until the timeout and returns early on a
+    // signal, so SIGTERM is seen at once.
+    PollNoThrow(nullptr, 0, std::chrono::duration_cast<Millis>(next - now) + Millis(1));
+  }
+  std::vector<std::string> alive = launcher_.Alive();
+  spdlog::info("stopping: draining {} workers (SIGTERM, then SIGKILL after {:.0f} s)",
+               alive.size(), std::chrono::duration<double>(options_.grace).count());
+  launcher_.StopAll(options_.grace);
+  return 0;
+}
+
+}  // namespace fleet::autoscaler

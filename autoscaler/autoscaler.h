@@ -1,0 +1,68 @@
+// Autoscaler: the fleet-autoscaler loop. Each poll it reads the broker's
+// metrics, reconciles its pool book, asks the policy, and acts: take back
+// retiring workers, launch new ones, retire idle ones through the broker
+// (retire-if-idle, so a worker that became busy since the read is refused),
+// and makes sure retired workers are gone through the launcher.
+//
+// Owns its PoolTracker and Policy; borrows the launcher, the metrics
+// source, the control client and the clock. Not thread-safe.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "autoscaler/autoscaler_metrics.h"
+#include "autoscaler/launcher.h"
+#include "autoscaler/metrics_source.h"
+#include "autoscaler/policy.h"
+#include "autoscaler/pool.h"
+#include "client/control_client.h"
+#include "common/clock.h"
+
+namespace fleet::autoscaler {
+
+struct AutoscalerOptions {
+  PolicyOptions policy;
+  PoolOptions pool;
+  // A retired worker gets this long to drain and exit before SIGTERM (then
+  // SIGKILL after as long again). Must exceed the longest batch. 0..1 h.
+  Duration grace = Seconds(30);
+  // Each control call (stats, retire, unretire) waits at most this. 
+  std::chrono::milliseconds control_timeout{2000};
+};
+
+class Autoscaler {
+ public:
+  Autoscaler(AutoscalerOptions options, std::string run_tag, Launcher& launcher,
+             MetricsSource& source, client::ControlClient& control, AutoscalerMetrics& metrics);
+
+  // One poll at `now`.
+  void Step(TimePoint now);
+
+  // Polls every policy.poll until stop() is true, then stops every worker
+  // it started (they drain) and returns 0.
+  int Run(const Clock& clock, const std::function<bool()>& stop);
+
+  const PoolTracker& pool() const { return pool_; }
+  const Decision& last_decision() const { return last_; }
+
+ private:
+  std::optional<double> ControlQueued();
+  // Sends op(id) on the control socket; true when the broker said ok.
+  bool ControlOp(const char* op, const std::string& id, std::string* message);
+  void LogDecision(const Decision& d, const Observation& obs);
+
+  AutoscalerOptions options_;
+  PoolTracker pool_;
+  Policy policy_;
+  Launcher& launcher_;
+  MetricsSource& source_;
+  client::ControlClient& control_;
+  AutoscalerMetrics& metrics_;
+  Decision last_;
+  std::string last_logged_;       // reason of the last hold we logged
+  bool source_failing_ = false;   // for one log line per outage, not per poll
+};
+
+}  // namespace fleet::autoscaler

@@ -1,0 +1,65 @@
+#include "autoscaler/autoscaler_metrics.h"
+
+#include <stdexcept>
+
+namespace fleet::autoscaler {
+namespace {
+
+prometheus::Counter& Plain(prometheus::Registry& r, const char* name, const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
+}
+
+}  // namespace
+
+AutoscalerMetrics::AutoscalerMetrics(const std::string& bind_address)
+    : registry_(std::make_shared<prometheus::Registry>()),
+      desired_(prometheus::BuildGauge()
+                   .Name("fleet_autoscaler_desired_workers")
+                   .Help("Pool size the autoscaler's policy wants")
+                   .Register(*registry_)
+                   .Add({})),
+      workers_(prometheus::BuildGauge()
+                   .Name("fleet_autoscaler_workers")
+                   .Help("Workers as the autoscaler sees them, by state")
+                   .Register(*registry_)),
+      starting_(workers_.Add({{"state", "starting"}})),
+      running_(workers_.Add({{"state", "running"}})),
+      retiring_(workers_.Add({{"state", "retiring"}})),
+      decisions_(prometheus::BuildCounter()
+                     .Name("fleet_autoscaler_decisions_total")
+                     .Help("Scaling decisions by action and reason")
+                     .Register(*registry_)),
+      start_failures_(Plain(*registry_, "fleet_autoscaler_start_failures_total",
+                            "Workers that failed to start or register in time")),
+      source_errors_(Plain(*registry_, "fleet_autoscaler_metric_source_errors_total",
+                           "Metric reads that failed, timed out or were stale")),
+      launched_(Plain(*registry_, "fleet_autoscaler_workers_launched_total", "Workers started")),
+      retired_(Plain(*registry_, "fleet_autoscaler_workers_retired_total",
+                     "Workers retired through the broker")),
+      retire_refused_(Plain(*registry_, "fleet_autoscaler_retire_refused_total",
+                            "retire-if-idle refused by the broker (the worker became busy)")) {
+  if (bind_address.empty()) return;
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(bind_address);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot serve metrics on " + bind_address + ": " + e.what());
+  }
+  exposer_->RegisterCollectable(registry_);
+  std::string host = bind_address.substr(0, bind_address.rfind(':'));
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  auto ports = exposer_->GetListeningPorts();
+  url_ = "http://" + host + ":" + std::to_string(ports.empty() ? 0 : ports[0]) + "/metrics";
+}
+
+void AutoscalerMetrics::Decision(const std::string& action, const std::string& reason) {
+  auto key = std::make_pair(action, reason);
+  auto it = decision_series_.find(key);
+  if (it == decision_series_.end()) {
+    it = decision_series_
+             .emplace(key, &decisions_.Add({{"action", action}, {"reason", reason}}))
+             .first;
+  }
+  it->second->Increment();
+}
+
+}  // namespace fleet::autoscaler

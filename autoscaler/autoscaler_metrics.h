@@ -1,0 +1,57 @@
+// The autoscaler's own Prometheus metrics: its decision, the pool as it
+// sees it, decisions by action and reason, start failures and metric-source
+// errors. Registered once; the loop only sets and increments.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace fleet::autoscaler {
+
+class AutoscalerMetrics {
+ public:
+  // Serves /metrics on `bind_address` unless it is empty. Throws
+  // std::runtime_error naming the address when it cannot bind.
+  explicit AutoscalerMetrics(const std::string& bind_address);
+
+  void SetDesired(int desired) { desired_.Set(desired); }
+  void SetPool(int starting, int running, int retiring) {
+    starting_.Set(starting);
+    running_.Set(running);
+    retiring_.Set(retiring);
+  }
+  void Decision(const std::string& action, const std::string& reason);
+  void StartFailure() { start_failures_.Increment(); }
+  void SourceError() { source_errors_.Increment(); }
+  void Launched() { launched_.Increment(); }
+  void Retired() { retired_.Increment(); }
+  void RetireRefused() { retire_refused_.Increment(); }
+  // http://HOST:PORT/metrics, or "" when not served.
+  const std::string& url() const { return url_; }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Gauge& desired_;
+  prometheus::Family<prometheus::Gauge>& workers_;
+  prometheus::Gauge& starting_;
+  prometheus::Gauge& running_;
+  prometheus::Gauge& retiring_;
+  prometheus::Family<prometheus::Counter>& decisions_;
+  prometheus::Counter& start_failures_;
+  prometheus::Counter& source_errors_;
+  prometheus::Counter& launched_;
+  prometheus::Counter& retired_;
+  prometheus::Counter& retire_refused_;
+  std::map<std::pair<std::string, std::string>, prometheus::Counter*> decision_series_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string url_;
+};
+
+}  // namespace fleet::autoscaler

@@ -1,0 +1,156 @@
+// fleet-autoscaler: sizes the worker pool from the broker's metrics. See
+// DESIGN.md (Autoscaler) and the README's policy section.
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <random>
+
+#include "autoscaler/autoscaler.h"
+#include "autoscaler/command_launcher.h"
+#include "autoscaler/process_launcher.h"
+#include "common/flags.h"
+#include "common/log.h"
+#include "common/signals.h"
+
+namespace {
+
+fleet::Duration SecondsToDuration(double s) {
+  return std::chrono::duration_cast<fleet::Duration>(std::chrono::duration<double>(s));
+}
+
+std::string RandomTag() {
+  std::random_device rd;
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%04x", static_cast<unsigned>(rd() & 0xffff));
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace fleet;
+  using namespace fleet::autoscaler;
+  AutoscalerOptions o;
+  PolicyOptions& p = o.policy;
+  std::string control = "tcp://127.0.0.1:5557";
+  std::string source_spec = "http://127.0.0.1:9750/metrics";
+  std::string launcher_kind = "process";
+  std::string worker_args, worker_bin, start_command, stop_command, policy = "backlog";
+  std::string metrics = "0.0.0.0:9751", log_level = "info";
+  double idle_s = 60, cooldown_s = 30, stabilization_s = 60, start_timeout_s = 30;
+  double grace_s = 30, drain_s = 10, staleness_s = 10;
+  int poll_ms = 1000;
+
+  CLI::App app("fleet-autoscaler: starts workers when work waits and retires idle ones "
+               "through the broker (retire-if-idle + blacklist), so scaling never loses or "
+               "fails a batch");
+  app.add_option("--control", control, "the broker's control endpoint")->capture_default_str();
+  app.add_option("--metrics-source", source_spec,
+                 "the broker's /metrics URL, or prometheus:http://HOST:9090 to query a "
+                 "Prometheus server")->capture_default_str();
+  app.add_option("--launcher", launcher_kind, "how workers start: process, command (docker "
+                 "comes with the deployment)")->capture_default_str()
+      ->check(CLI::IsMember({"process", "command", "docker"}));
+  app.add_option("--worker-args", worker_args,
+                 "shell words passed to each fleet-worker after --id (process launcher), "
+                 "e.g. \"--broker tcp://127.0.0.1:5556 --handler sleep\"");
+  app.add_option("--worker-bin", worker_bin,
+                 "fleet-worker to run (default: the one beside this program)");
+  app.add_option("--start-command", start_command,
+                 "command launcher: /bin/sh command that starts worker {id}");
+  app.add_option("--stop-command", stop_command,
+                 "command launcher: /bin/sh command that stops worker {id}");
+  app.add_option("--policy", policy, "backlog (queued+inflight per worker) or throughput "
+                 "(arrival rate x processing time, Little's law)")->capture_default_str()
+      ->check(CLI::IsMember({"backlog", "throughput"}));
+  app.add_option("--min", p.min_workers, "fewest workers")->capture_default_str()
+      ->check(CLI::Range(0, 10000));
+  app.add_option("--max", p.max_workers, "most workers")->capture_default_str()
+      ->check(CLI::Range(1, 10000));
+  app.add_option("--initial", p.initial_workers, "workers to start with")->capture_default_str();
+  app.add_option("--target-per-worker", p.target_per_worker,
+                 "backlog policy: batches (queued + in flight) per worker")->capture_default_str();
+  app.add_option("--max-step", p.max_step, "most workers added per poll")->capture_default_str();
+  app.add_option("--max-step-down", p.max_step_down, "most workers retired per poll")
+      ->capture_default_str();
+  app.add_option("--min-survivors", p.min_survivors,
+                 "never retire below max(--min, this)")->capture_default_str();
+  app.add_option("--idle-seconds", idle_s, "retire only workers idle at least this long")
+      ->capture_default_str();
+  app.add_option("--cooldown-seconds", cooldown_s, "between two scale-downs")
+      ->capture_default_str();
+  app.add_option("--stabilization-seconds", stabilization_s,
+                 "scale down only to the highest desired of this trailing window")
+      ->capture_default_str();
+  app.add_option("--target-drain-seconds", drain_s,
+                 "throughput policy: drain a backlog within this")->capture_default_str();
+  app.add_option("--start-timeout-seconds", start_timeout_s,
+                 "a started worker not registered by then is killed (and launches back off)")
+      ->capture_default_str();
+  app.add_option("--grace-seconds", grace_s,
+                 "a retired worker gets this long to drain before SIGTERM, then as long "
+                 "again before SIGKILL; make it longer than your longest batch")
+      ->capture_default_str();
+  app.add_option("--max-staleness-seconds", staleness_s,
+                 "metrics older than this freeze scale-down")->capture_default_str();
+  app.add_option("--poll-ms", poll_ms, "time between decisions")->capture_default_str()
+      ->check(CLI::Range(100, 600000));
+  app.add_option("--id-prefix", o.pool.id_prefix,
+                 "prefix of worker ids this autoscaler starts and adopts")->capture_default_str();
+  app.add_option("--metrics", metrics, "address:port for its own /metrics (\"\" turns it off)")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
+  if (int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
+
+  try {
+    SetupLogging("fleet-autoscaler", log_level);
+    p.kind = *ParsePolicyKind(policy);
+    p.idle = SecondsToDuration(idle_s);
+    p.cooldown = SecondsToDuration(cooldown_s);
+    p.stabilization = SecondsToDuration(stabilization_s);
+    p.target_drain = SecondsToDuration(drain_s);
+    p.poll = Millis(poll_ms);
+    if (p.initial_workers < p.min_workers) p.initial_workers = p.min_workers;
+    if (p.max_step > p.max_workers) p.max_step = p.max_workers;
+    p.Validate();
+    o.pool.start_timeout = SecondsToDuration(start_timeout_s);
+    o.grace = SecondsToDuration(grace_s);
+
+    std::unique_ptr<Launcher> launcher;
+    if (launcher_kind == "process") {
+      launcher = std::make_unique<ProcessLauncher>(
+          worker_bin.empty() ? DefaultWorkerBin() : worker_bin, worker_args);
+    } else if (launcher_kind == "command") {
+      if (start_command.empty()) {
+        throw std::invalid_argument("--launcher command needs --start-command (with {id})");
+      }
+      launcher = std::make_unique<CommandLauncher>(start_command, stop_command);
+    } else {
+      throw std::invalid_argument(
+          "--launcher docker is not available in this build yet (it comes with the "
+          "docker-compose deployment); use process or command");
+    }
+    auto source = MakeMetricsSource(source_spec, std::chrono::milliseconds(2000),
+                                    std::chrono::milliseconds(static_cast<long>(staleness_s * 1000)));
+    InstallStopSignals();
+    zmq::context_t context(1);
+    client::ControlClient::Options co;
+    co.endpoint = control;
+    client::ControlClient ctl(context, co);
+    AutoscalerMetrics m(metrics);
+    std::string tag = RandomTag();
+    Autoscaler scaler(o, tag, *launcher, *source, ctl, m);
+    spdlog::info("policy {}: min {} max {} target/worker {} idle {} s cooldown {} s "
+                 "stabilization {} s poll {} ms; launcher {}; metrics source {}; control {}; "
+                 "own metrics {}; worker ids {}{}-N",
+                 policy, p.min_workers, p.max_workers, p.target_per_worker, idle_s, cooldown_s,
+                 stabilization_s, poll_ms, launcher->name(), source->Describe(), control,
+                 m.url().empty() ? "off" : m.url(), o.pool.id_prefix, tag);
+    SteadyClock clock;
+    return scaler.Run(clock, [] { return StopRequested(); });
+  } catch (const std::exception& e) {
+    spdlog::error("fleet-autoscaler: {}", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,154 @@
+#include "autoscaler/metrics_source.h"
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+
+#include "common/prom_api.h"
+
+namespace fleet::autoscaler {
+namespace {
+
+BrokerWorkerState StateFrom(double held, double retiring) {
+  if (retiring > 0.5) return BrokerWorkerState::kRetiring;
+  return held > 0 ? BrokerWorkerState::kBusy : BrokerWorkerState::kIdle;
+}
+
+}  // namespace
+
+Observation ObservationFromPage(const prom::ParseResult& page) {
+  Observation obs;
+  auto inflight = page.Value("fleet_batches_inflight");
+  obs.fresh = inflight.has_value() && page.Count("fleet_workers") > 0;
+  if (!obs.fresh) return obs;
+  obs.inflight = *inflight;
+  obs.queued = page.Sum("fleet_queue_depth");
+  std::map<std::string, double> held, retiring;
+  for (const prom::Sample* s : page.Series("fleet_worker_held_batches")) {
+    if (auto w = prom::LabelValue(s->labels, "worker")) held[std::string(*w)] = s->value;
+  }
+  for (const prom::Sample* s : page.Series("fleet_worker_retiring")) {
+    if (auto w = prom::LabelValue(s->labels, "worker")) retiring[std::string(*w)] = s->value;
+  }
+  for (const prom::Sample* s : page.Series("fleet_worker_idle_seconds")) {
+    auto w = prom::LabelValue(s->labels, "worker");
+    if (!w) continue;
+    std::string id(*w);
+    obs.workers.push_back({id, StateFrom(held[id], retiring[id]), s->value});
+  }
+  obs.submitted_total = page.Value("fleet_batches_submitted_total").value_or(kUnknown);
+  obs.completed_total = page.Count("fleet_batches_completed_total") > 0
+                            ? page.Sum("fleet_batches_completed_total")
+                            : kUnknown;
+  obs.processing_seconds_sum = page.Value("fleet_batch_processing_seconds_sum").value_or(kUnknown);
+  obs.processing_seconds_count =
+      page.Value("fleet_batch_processing_seconds_count").value_or(kUnknown);
+  return obs;
+}
+
+ScrapeSource::ScrapeSource(std::string url, std::chrono::milliseconds timeout)
+    : url_(std::move(url)), timeout_(timeout) {}
+
+Observation ScrapeSource::Read(std::string* error) {
+  http::HttpResponse r = http_.Get(url_, timeout_);
+  if (!r.ok()) {
+    *error = r.error.empty() ? "HTTP status " + std::to_string(r.status) : r.error;
+    return Observation{};
+  }
+  prom::ParseResult page = prom::ParsePromText(r.body);
+  Observation obs = ObservationFromPage(page);
+  if (!obs.fresh) {
+    *error = "the page has no fleet broker metrics (fleet_batches_inflight, fleet_workers)";
+  }
+  return obs;
+}
+
+PrometheusSource::PrometheusSource(std::string base, std::chrono::milliseconds timeout,
+                                   std::chrono::milliseconds max_staleness)
+    : base_(std::move(base)), timeout_(timeout), max_staleness_(max_staleness) {}
+
+bool PrometheusSource::Query(const std::string& promql, prom::QueryResult* out,
+                             std::string* error) {
+  http::HttpResponse r = http_.Get(prom::QueryUrl(base_, promql), timeout_);
+  if (!r.error.empty()) {
+    *error = "query " + promql + ": " + r.error;
+    return false;
+  }
+  *out = prom::ParseQueryResponse(r.body);
+  if (!out->ok()) {
+    *error = "query " + promql + ": " + out->error_type + ": " + out->error;
+    return false;
+  }
+  return true;
+}
+
+Observation PrometheusSource::Read(std::string* error) {
+  Observation obs;
+  prom::QueryResult q;
+  // When did Prometheus last scrape the broker? Older than max_staleness:
+  // the numbers describe a past that must not drive a scale-down.
+  if (!Query("max(timestamp(fleet_batches_inflight))", &q, error)) return obs;
+  if (q.samples.empty() || !std::isfinite(q.samples[0].value)) {
+    *error = "Prometheus has no fleet_batches_inflight series (is it scraping the broker?)";
+    return obs;
+  }
+  double now_s = std::chrono::duration<double>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+  double age = now_s - q.samples[0].value;
+  if (age * 1000 > static_cast<double>(max_staleness_.count())) {
+    *error = "broker metrics in Prometheus are " + std::to_string(static_cast<int>(age)) +
+             " s old";
+    return obs;
+  }
+  auto scalar = [&](const std::string& promql, double* v) {
+    prom::QueryResult r;
+    if (!Query(promql, &r, error)) return false;
+    *v = r.samples.empty() ? 0 : r.samples[0].value;
+    return true;
+  };
+  auto per_worker = [&](const std::string& metric, std::map<std::string, double>* out) {
+    prom::QueryResult r;
+    if (!Query(metric, &r, error)) return false;
+    for (const auto& s : r.samples) {
+      auto it = s.labels.find("worker");
+      if (it != s.labels.end()) (*out)[it->second] = s.value;
+    }
+    return true;
+  };
+  std::map<std::string, double> idle, held, retiring;
+  if (!scalar("sum(fleet_queue_depth)", &obs.queued) ||
+      !scalar("sum(fleet_batches_inflight)", &obs.inflight) ||
+      !per_worker("fleet_worker_idle_seconds", &idle) ||
+      !per_worker("fleet_worker_held_batches", &held) ||
+      !per_worker("fleet_worker_retiring", &retiring) ||
+      !scalar("sum(fleet_batches_submitted_total)", &obs.submitted_total) ||
+      !scalar("sum(fleet_batches_completed_total)", &obs.completed_total) ||
+      !scalar("sum(fleet_batch_processing_seconds_sum)", &obs.processing_seconds_sum) ||
+      !scalar("sum(fleet_batch_processing_seconds_count)", &obs.processing_seconds_count)) {
+    return Observation{};
+  }
+  for (const auto& [id, secs] : idle) {
+    obs.workers.push_back({id, StateFrom(held[id], retiring[id]), secs});
+  }
+  obs.fresh = true;
+  return obs;
+}
+
+std::unique_ptr<MetricsSource> MakeMetricsSource(const std::string& spec,
+                                                 std::chrono::milliseconds timeout,
+                                                 std::chrono::milliseconds max_staleness) {
+  const std::string prefix = "prometheus:";
+  if (spec.rfind(prefix, 0) == 0) {
+    return std::make_unique<PrometheusSource>(spec.substr(prefix.size()), timeout,
+                                              max_staleness);
+  }
+  if (spec.rfind("http://", 0) == 0 || spec.rfind("https://", 0) == 0) {
+    return std::make_unique<ScrapeSource>(spec, timeout);
+  }
+  throw std::invalid_argument("--metrics-source must be http://HOST:PORT/metrics or "
+                              "prometheus:http://HOST:9090, not '" + spec + "'");
+}
+
+}  // namespace fleet::autoscaler

@@ -1,0 +1,70 @@
+// MetricsSource: where the autoscaler reads the broker's state each poll.
+//  - ScrapeSource: GET the broker's /metrics and parse the text format.
+//  - PrometheusSource: PromQL instant queries against a Prometheus server
+//    (as deployed with compose); staleness from timestamp() of the scrape.
+// A read that fails, times out or is older than max_staleness comes back
+// with fresh == false: the policy then freezes scale-down.
+//
+// Not thread-safe; blocking (bounded by the HTTP timeout).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "autoscaler/pool.h"
+#include "common/http_client.h"
+#include "common/prom_api.h"
+#include "common/prom_text.h"
+
+namespace fleet::autoscaler {
+
+class MetricsSource {
+ public:
+  virtual ~MetricsSource() = default;
+  // Reads one observation. `error` is set (and fresh false) on failure.
+  virtual Observation Read(std::string* error) = 0;
+  virtual std::string Describe() const = 0;
+};
+
+// Builds an Observation from a parsed broker /metrics page. fresh is true
+// when the page has the broker's core series.
+Observation ObservationFromPage(const prom::ParseResult& page);
+
+class ScrapeSource : public MetricsSource {
+ public:
+  ScrapeSource(std::string url, std::chrono::milliseconds timeout);
+  Observation Read(std::string* error) override;
+  std::string Describe() const override { return url_; }
+
+ private:
+  std::string url_;
+  std::chrono::milliseconds timeout_;
+  http::HttpClient http_;
+};
+
+class PrometheusSource : public MetricsSource {
+ public:
+  // `base`: http://host:9090. `max_staleness`: an answer whose newest
+  // broker scrape is older than this is not fresh.
+  PrometheusSource(std::string base, std::chrono::milliseconds timeout,
+                   std::chrono::milliseconds max_staleness);
+  Observation Read(std::string* error) override;
+  std::string Describe() const override { return "prometheus:" + base_; }
+
+ private:
+  // Runs one query; false with `error` set on failure.
+  bool Query(const std::string& promql, prom::QueryResult* out, std::string* error);
+
+  std::string base_;
+  std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds max_staleness_;
+  http::HttpClient http_;
+};
+
+// "prometheus:http://host:9090" -> PrometheusSource, "http://..." ->
+// ScrapeSource. Throws std::invalid_argument on anything else.
+std::unique_ptr<MetricsSource> MakeMetricsSource(const std::string& spec,
+                                                 std::chrono::milliseconds timeout,
+                                                 std::chrono::milliseconds max_staleness);
+
+}  // namespace fleet::autoscaler

@@ -1,0 +1,136 @@
+// fleet-autoscaler end to end: real broker, real autoscaler with the process
+// launcher, real workers, over 127.0.0.1. Waits are bounded conditions.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <regex>
+
+#include "tests/support/cluster.h"
+#include "tests/support/http_get.h"
+#include "tests/support/wait.h"
+
+namespace fleet::testing {
+namespace {
+
+using std::chrono::seconds;
+
+// A metric's value on a Prometheus text page ("" labels: the plain series).
+double PageValue(const std::string& page, const std::string& series) {
+  auto at = page.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::atof(page.c_str() + at + series.size() + 2);
+}
+
+// Worker processes started with --id PREFIX... (pgrep -f). The pattern is
+// written so that the shell running pgrep does not match it itself.
+int CountWorkers(const std::string& prefix) {
+  std::string cmd = "pgrep -fc -- '[-]-id " + prefix + "' 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return -1;
+  int n = 0;
+  if (fscanf(p, "%d", &n) != 1) n = 0;
+  pclose(p);
+  return n;
+}
+
+class AutoscalerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    c_.StartBroker({"--heartbeat-ms", "250"});
+    prefix_ = "as-" + std::to_string(getpid()) + "-" +
+              ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-";
+  }
+
+  std::unique_ptr<Process> StartAutoscaler(const std::string& log) {
+    return std::make_unique<Process>(
+        std::vector<std::string>{
+            Bin("fleet-autoscaler"), "--control", c_.control(), "--metrics-source",
+            c_.metrics(), "--worker-args",
+            "--broker " + c_.backend() + " --handler sleep --heartbeat-ms 250", "--min", "0",
+            "--max", "4", "--idle-seconds", "2", "--cooldown-seconds", "1",
+            "--stabilization-seconds", "2", "--poll-ms", "200", "--grace-seconds", "5",
+            "--id-prefix", prefix_, "--metrics", "127.0.0.1:0"},
+        c_.dir().File(log));
+  }
+
+  int Registered() {
+    int n = 0;
+    for (const auto& w : c_.Workers()) n += w.value("state", "") != "retiring";
+    return n;
+  }
+
+  Cluster c_;
+  std::string prefix_;
+};
+
+TEST_F(AutoscalerTest, GrowsToMaxForABurstAndShrinksToZeroWithoutFailingABatch) {
+  auto scaler = StartAutoscaler("autoscaler.log");
+  Process submit({Bin("fleet-submit"), "--broker", c_.frontend(), "--count", "400", "--payload",
+                  "50", "--inflight", "400"},
+                 c_.dir().File("submit.log"));
+  int most = 0;
+  ASSERT_TRUE(WaitFor([&] {
+    most = std::max(most, Registered());
+    return most == 4;
+  }, seconds(30))) << ReadFile(c_.dir().File("autoscaler.log"));
+  auto code = submit.Wait(seconds(120));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0) << submit.ReadLog();
+  EXPECT_NE(submit.ReadLog().find("submitted=400 ok=400 failed=0 lost=0"), std::string::npos)
+      << submit.ReadLog();
+  // Idle 2 s + stabilization 2 s + cooldown 1 s + a few polls, with margin.
+  ASSERT_TRUE(WaitFor([&] { return c_.Workers().empty(); }, seconds(30)))
+      << ReadFile(c_.dir().File("autoscaler.log"));
+  // Every worker process exited and was reaped.
+  EXPECT_TRUE(WaitFor([&] { return CountWorkers(prefix_) == 0; }, seconds(20)));
+  // The page is refreshed on the broker's housekeeping tick.
+  std::string page;
+  EXPECT_TRUE(WaitFor([&] {
+    page = HttpGet(c_.metrics());
+    return PageValue(page, "fleet_workers_retired_total") == 4;
+  })) << page;
+  EXPECT_EQ(PageValue(page, "fleet_dispatched_to_retiring_total"), 0) << page;
+  EXPECT_EQ(c_.StatValue("completed_failed"), 0);
+  EXPECT_EQ(c_.StatValue("requeued"), 0);
+  scaler->Signal(SIGTERM);
+  auto sc = scaler->Wait(seconds(20));
+  ASSERT_TRUE(sc.has_value());
+  EXPECT_EQ(*sc, 0);
+  std::string log = ReadFile(c_.dir().File("autoscaler.log"));
+  EXPECT_NE(log.find("decision scale_up"), std::string::npos) << log;
+  EXPECT_NE(log.find("decision scale_down"), std::string::npos) << log;
+}
+
+TEST_F(AutoscalerTest, KilledAndRestartedItNeitherDoublesThePoolNorLeavesOrphans) {
+  auto scaler = StartAutoscaler("autoscaler-1.log");
+  Process submit({Bin("fleet-submit"), "--broker", c_.frontend(), "--count", "300", "--payload",
+                  "50", "--inflight", "300", "--resend-after-seconds", "2"},
+                 c_.dir().File("submit.log"));
+  ASSERT_TRUE(WaitFor([&] { return Registered() == 4; }, seconds(30)));
+  scaler->Signal(SIGKILL);
+  ASSERT_TRUE(scaler->Wait(seconds(10)).has_value());
+  auto again = StartAutoscaler("autoscaler-2.log");
+  int most = 0;
+  // While the new one takes over, the pool never exceeds --max.
+  auto code = std::optional<int>();
+  ASSERT_TRUE(WaitFor([&] {
+    most = std::max(most, Registered());
+    code = submit.Wait(std::chrono::milliseconds(0));
+    return code.has_value();
+  }, seconds(120)));
+  EXPECT_LE(most, 4);
+  EXPECT_EQ(*code, 0) << submit.ReadLog();
+  EXPECT_NE(submit.ReadLog().find("ok=300 failed=0 lost=0"), std::string::npos)
+      << submit.ReadLog();
+  again->Signal(SIGTERM);
+  ASSERT_TRUE(again->Wait(seconds(30)).has_value());
+  // Nothing of either autoscaler is left running.
+  EXPECT_TRUE(WaitFor([&] { return CountWorkers(prefix_) == 0; }, seconds(20)))
+      << ReadFile(c_.dir().File("autoscaler-2.log"));
+}
+
+}  // namespace
+}  // namespace fleet::testing

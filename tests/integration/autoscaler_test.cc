@@ -6,7 +6,8 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <regex>
+#include <fstream>
+#include <map>
 
 #include "tests/support/cluster.h"
 #include "tests/support/http_get.h"
@@ -44,16 +45,26 @@ class AutoscalerTest : public ::testing::Test {
               ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-";
   }
 
-  std::unique_ptr<Process> StartAutoscaler(const std::string& log) {
-    return std::make_unique<Process>(
-        std::vector<std::string>{
-            Bin("fleet-autoscaler"), "--control", c_.control(), "--metrics-source",
-            c_.metrics(), "--worker-args",
-            "--broker " + c_.backend() + " --handler sleep --heartbeat-ms 250", "--min", "0",
-            "--max", "4", "--idle-seconds", "2", "--cooldown-seconds", "1",
-            "--stabilization-seconds", "2", "--poll-ms", "200", "--grace-seconds", "5",
-            "--id-prefix", prefix_, "--metrics", "127.0.0.1:0"},
-        c_.dir().File(log));
+  // `overrides`: flag, value pairs replacing the defaults below.
+  std::unique_ptr<Process> StartAutoscaler(
+      const std::string& log, const std::map<std::string, std::string>& overrides = {}) {
+    std::map<std::string, std::string> flags{
+        {"--control", c_.control()},
+        {"--metrics-source", c_.metrics()},
+        {"--worker-args", "--broker " + c_.backend() + " --handler sleep --heartbeat-ms 250"},
+        {"--min", "0"},
+        {"--max", "4"},
+        {"--idle-seconds", "2"},
+        {"--cooldown-seconds", "1"},
+        {"--stabilization-seconds", "2"},
+        {"--poll-ms", "200"},
+        {"--grace-seconds", "5"},
+        {"--id-prefix", prefix_},
+        {"--metrics", "127.0.0.1:0"}};
+    for (const auto& [k, v] : overrides) flags[k] = v;
+    std::vector<std::string> argv{Bin("fleet-autoscaler")};
+    for (const auto& [k, v] : flags) argv.insert(argv.end(), {k, v});
+    return std::make_unique<Process>(argv, c_.dir().File(log));
   }
 
   int Registered() {
@@ -130,6 +141,39 @@ TEST_F(AutoscalerTest, KilledAndRestartedItNeitherDoublesThePoolNorLeavesOrphans
   // Nothing of either autoscaler is left running.
   EXPECT_TRUE(WaitFor([&] { return CountWorkers(prefix_) == 0; }, seconds(20)))
       << ReadFile(c_.dir().File("autoscaler-2.log"));
+}
+
+TEST_F(AutoscalerTest, RetiringIdleWorkersWhileBatchesKeepArrivingNeverLosesOrFailsOne) {
+  // An eager autoscaler (idle 1 s, no cooldown or stabilization) under an
+  // uneven stream: short and long batches mixed, so workers keep going idle
+  // and busy while it retires them.
+  auto scaler = StartAutoscaler(
+      "autoscaler.log", {{"--idle-seconds", "1"}, {"--cooldown-seconds", "0"},
+                         {"--stabilization-seconds", "0"}, {"--poll-ms", "100"},
+                         {"--target-per-worker", "1"}});
+  std::string input = c_.dir().File("payloads.txt");
+  {
+    std::ofstream f(input);
+    const int pattern[] = {10, 10, 1500, 10, 1200, 10, 10, 10, 2000, 10, 10, 1100};
+    for (int i = 0; i < 96; ++i) f << pattern[i % 12] << "\n";
+  }
+  auto s = c_.Submit({"--input", input, "--inflight", "3"}, seconds(90));
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.output << ReadFile(c_.dir().File("autoscaler.log"))
+                                << c_.BrokerLog();
+  EXPECT_EQ(s.summary["ok"], "96");
+  EXPECT_EQ(s.summary["failed"], "0");
+  EXPECT_EQ(s.summary["lost"], "0");
+  std::string page;
+  ASSERT_TRUE(WaitFor([&] {
+    page = HttpGet(c_.metrics());
+    return PageValue(page, "fleet_workers_retired_total") >= 2;
+  }, seconds(30))) << "the stream should have caused retirements:\n" << page;
+  EXPECT_EQ(PageValue(page, "fleet_dispatched_to_retiring_total"), 0) << page;
+  EXPECT_EQ(c_.StatValue("requeued"), 0);
+  EXPECT_EQ(c_.StatValue("completed_failed"), 0);
+  scaler->Signal(SIGTERM);
+  ASSERT_TRUE(scaler->Wait(seconds(30)).has_value());
+  EXPECT_TRUE(WaitFor([&] { return CountWorkers(prefix_) == 0; }, seconds(20)));
 }
 
 }  // namespace

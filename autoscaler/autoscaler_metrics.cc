@@ -1,6 +1,5 @@
 #include "autoscaler/autoscaler_metrics.h"
 
-#include <stdexcept>
 
 namespace fleet::autoscaler {
 namespace {
@@ -38,17 +37,7 @@ AutoscalerMetrics::AutoscalerMetrics(const std::string& bind_address)
                      "Workers retired through the broker")),
       retire_refused_(Plain(*registry_, "fleet_autoscaler_retire_refused_total",
                             "retire-if-idle refused by the broker (the worker became busy)")) {
-  if (bind_address.empty()) return;
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(bind_address);
-  } catch (const std::exception& e) {
-    throw std::runtime_error("cannot serve metrics on " + bind_address + ": " + e.what());
-  }
-  exposer_->RegisterCollectable(registry_);
-  std::string host = bind_address.substr(0, bind_address.rfind(':'));
-  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
-  auto ports = exposer_->GetListeningPorts();
-  url_ = "http://" + host + ":" + std::to_string(ports.empty() ? 0 : ports[0]) + "/metrics";
+  if (!bind_address.empty()) served_ = ServeMetrics(bind_address, registry_);
 }
 
 void AutoscalerMetrics::Decision(const std::string& action, const std::string& reason) {

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
@@ -12,6 +11,8 @@
 #include <map>
 #include <memory>
 #include <string>
+
+#include "common/metrics_server.h"
 
 namespace fleet::autoscaler {
 
@@ -34,7 +35,7 @@ class AutoscalerMetrics {
   void Retired() { retired_.Increment(); }
   void RetireRefused() { retire_refused_.Increment(); }
   // http://HOST:PORT/metrics, or "" when not served.
-  const std::string& url() const { return url_; }
+  const std::string& url() const { return served_.url; }
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -50,8 +51,7 @@ class AutoscalerMetrics {
   prometheus::Counter& retired_;
   prometheus::Counter& retire_refused_;
   std::map<std::pair<std::string, std::string>, prometheus::Counter*> decision_series_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  std::string url_;
+  MetricsServer served_;
 };
 
 }  // namespace fleet::autoscaler

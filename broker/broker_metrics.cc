@@ -177,24 +177,4 @@ void BrokerMetrics::Update(BrokerCore& core, TimePoint now) {
   }
 }
 
-std::unique_ptr<prometheus::Exposer> ServeMetrics(
-    const std::string& bind_address, std::shared_ptr<prometheus::Registry> registry) {
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    exposer = std::make_unique<prometheus::Exposer>(bind_address);
-  } catch (const std::exception& e) {
-    throw std::runtime_error("cannot serve metrics on " + bind_address + ": " + e.what());
-  }
-  exposer->RegisterCollectable(registry);
-  return exposer;
-}
-
-std::string MetricsUrl(const std::string& bind_address, const prometheus::Exposer& exposer) {
-  std::string host = bind_address.substr(0, bind_address.rfind(':'));
-  if (host.empty() || host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
-  auto ports = exposer.GetListeningPorts();
-  return "http://" + host + ":" + (ports.empty() ? std::string("0") : std::to_string(ports[0])) +
-         "/metrics";
-}
-
 }  // namespace fleet::broker

@@ -78,12 +78,4 @@ class BrokerMetrics {
   Counters last_;
 };
 
-// Serves /metrics of `registry` on `bind_address` ("0.0.0.0:9750",
-// "127.0.0.1:0"). Throws std::runtime_error with the address on failure.
-std::unique_ptr<prometheus::Exposer> ServeMetrics(
-    const std::string& bind_address, std::shared_ptr<prometheus::Registry> registry);
-
-// "http://127.0.0.1:PORT/metrics" for a bound exposer (a 0 port resolved).
-std::string MetricsUrl(const std::string& bind_address, const prometheus::Exposer& exposer);
-
 }  // namespace fleet::broker

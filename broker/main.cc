@@ -9,6 +9,7 @@
 #include "broker/broker_server.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/metrics_server.h"
 #include "common/signals.h"
 
 int main(int argc, char** argv) {
@@ -74,14 +75,14 @@ int main(int argc, char** argv) {
     broker::BrokerServer server(o, clock);
     std::shared_ptr<prometheus::Registry> registry;
     std::unique_ptr<broker::BrokerMetrics> metrics_state;
-    std::unique_ptr<prometheus::Exposer> exposer;
+    MetricsServer served;
     std::string metrics_url = "off";
     if (!metrics.empty()) {
       registry = std::make_shared<prometheus::Registry>();
       metrics_state = std::make_unique<broker::BrokerMetrics>(*registry);
       metrics_state->Update(server.core(), clock.Now());
-      exposer = broker::ServeMetrics(metrics, registry);
-      metrics_url = broker::MetricsUrl(metrics, *exposer);
+      served = ServeMetrics(metrics, registry);
+      metrics_url = served.url;
       server.set_metrics(metrics_state.get());
       server.add_ready_line("metrics=" + metrics_url);
     }

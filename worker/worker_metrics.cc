@@ -2,7 +2,6 @@
 
 #include <prometheus/family.h>
 
-#include <stdexcept>
 
 #include "common/histogram.h"
 
@@ -42,16 +41,7 @@ WorkerMetrics::WorkerMetrics(const std::string& bind_address, int slots)
                            .Register(*registry_)
                            .Add({}, LatencyBuckets())) {
   slots_.Set(slots);
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(bind_address);
-  } catch (const std::exception& e) {
-    throw std::runtime_error("cannot serve metrics on " + bind_address + ": " + e.what());
-  }
-  exposer_->RegisterCollectable(registry_);
-  std::string host = bind_address.substr(0, bind_address.rfind(':'));
-  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
-  auto ports = exposer_->GetListeningPorts();
-  url_ = "http://" + host + ":" + std::to_string(ports.empty() ? 0 : ports[0]) + "/metrics";
+  served_ = ServeMetrics(bind_address, registry_);
 }
 
 }  // namespace fleet::worker

@@ -6,13 +6,14 @@
 #pragma once
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include <memory>
 #include <string>
+
+#include "common/metrics_server.h"
 
 namespace fleet::worker {
 
@@ -28,7 +29,7 @@ class WorkerMetrics {
   }
   void SetBusy(std::uint32_t held) { busy_.Set(static_cast<double>(held)); }
   // http://HOST:PORT/metrics as bound.
-  const std::string& url() const { return url_; }
+  const std::string& url() const { return served_.url; }
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -37,8 +38,7 @@ class WorkerMetrics {
   prometheus::Gauge& busy_;
   prometheus::Gauge& slots_;
   prometheus::Histogram& handler_seconds_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  std::string url_;
+  MetricsServer served_;
 };
 
 }  // namespace fleet::worker

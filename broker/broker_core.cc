@@ -296,6 +296,7 @@ void BrokerCore::Release(Worker& w, BatchSeq seq, TimePoint now) {
 
 void BrokerCore::StopIfDrained(Worker& w, TimePoint now) {
   if (!w.retiring || w.self_drain || w.stop_sent || !w.held.empty()) return;
+  if (now < w.retired_at + options_.retire_linger) return;  // Tick comes back
   w.stop_sent = true;
   spdlog::info("worker {} retired and drained: told to stop", w.id);
   SendToWorker(w, proto::Stop{"retired"}, now);
@@ -439,7 +440,10 @@ void BrokerCore::Tick(TimePoint now) {
   workers_.ForEach([&](Worker& w) {
     if (now - w.last_seen > dead_after) {
       dead.push_back(w.id);
-    } else if (now - w.last_sent >= options_.heartbeat) {
+      return;
+    }
+    StopIfDrained(w, now);  // retired and idle past the linger
+    if (now - w.last_sent >= options_.heartbeat) {
       SendToWorker(w, proto::Heartbeat{}, now);
     }
   });
@@ -492,6 +496,7 @@ void BrokerCore::OnRetire(std::string_view identity, const proto::Control& m,
                      " batches; not retired");
   }
   w->retiring = true;
+  w->retired_at = now;
   w->credit = 0;
   blacklist_.Add(w->id, now);
   ++counters_.workers_retired;
@@ -502,7 +507,12 @@ void BrokerCore::OnRetire(std::string_view identity, const proto::Control& m,
   StopIfDrained(*w, now);
   Reply(identity, m.request_id, ErrorCode::kOk,
         "worker " + w->id + " retiring; " +
-            (held == 0 ? std::string("told to stop")
+            (held == 0 ? (w->stop_sent ? std::string("told to stop")
+                                       : "stops in " +
+                                             std::to_string(std::chrono::duration_cast<Millis>(
+                                                                options_.retire_linger)
+                                                                .count()) +
+                                             " ms unless taken back")
                        : "stops after its " + std::to_string(held) + " batches"));
 }
 

@@ -19,6 +19,10 @@ struct BrokerOptions {
   std::size_t max_queue = 100000;  // batches waiting, all queues; 1..1e8
   std::uint32_t max_attempts = 5;  // dispatches before dead-lettering; 1..100
   Duration blacklist_ttl = std::chrono::seconds(120);  // 0..1 day
+  // A retired worker that holds nothing is told to stop this long after its
+  // retirement, not at once: a burst arriving meanwhile can take it back
+  // (unretire) instead of cold-starting another. 0..1 min.
+  Duration retire_linger = std::chrono::milliseconds(1000);
   Duration heartbeat = std::chrono::milliseconds(1000);  // 10 ms..60 s
   std::uint32_t liveness = 3;  // missed heartbeats before a worker is dead
   Duration result_retention = std::chrono::seconds(300);  // dedup window

@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   broker::BrokerOptions o;
   std::string log_level = "info";
   std::string metrics = "0.0.0.0:9750";
-  double blacklist_ttl_s = 120, heartbeat_ms = 1000, retention_s = 300;
+  double blacklist_ttl_s = 120, heartbeat_ms = 1000, retention_s = 300, retire_linger_ms = 1000;
 
   CLI::App app("fleet-broker: queues batches from producers and dispatches them to "
                "workers on credit");
@@ -34,6 +34,10 @@ int main(int argc, char** argv) {
   app.add_option("--blacklist-ttl-seconds", blacklist_ttl_s,
                  "how long a retired worker id gets no work if it comes back")
       ->capture_default_str()->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--retire-linger-ms", retire_linger_ms,
+                 "a retired idle worker is told to stop this long after its retirement, so a "
+                 "burst arriving meanwhile can take it back (unretire)")
+      ->capture_default_str()->check(CLI::Range(0.0, 60000.0));
   app.add_option("--heartbeat-ms", heartbeat_ms, "heartbeat interval to workers")
       ->capture_default_str()->check(CLI::Range(10.0, 60000.0));
   app.add_option("--liveness", o.liveness,
@@ -68,6 +72,8 @@ int main(int argc, char** argv) {
         std::chrono::duration<double>(blacklist_ttl_s));
     o.heartbeat = std::chrono::duration_cast<Duration>(
         std::chrono::duration<double, std::milli>(heartbeat_ms));
+    o.retire_linger = std::chrono::duration_cast<Duration>(
+        std::chrono::duration<double, std::milli>(retire_linger_ms));
     o.result_retention = std::chrono::duration_cast<Duration>(
         std::chrono::duration<double>(retention_s));
     InstallStopSignals();

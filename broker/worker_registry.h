@@ -40,6 +40,7 @@ struct Worker {
   TimePoint idle_since;  // last result, or registration
   TimePoint last_seen;   // last message from it
   TimePoint last_sent;   // last message to it
+  TimePoint retired_at;  // when retire / retire-if-idle was accepted
   std::uint64_t processed = 0;
   std::uint64_t failed = 0;
 

@@ -277,6 +277,7 @@ TEST_F(BrokerCoreTest, RetireIfIdleRefusedWhileBusyAndRetireDrainsThenStops) {
   auto sent = PumpAndFlush();
   EXPECT_TRUE(sent.empty()) << "retiring worker got new work";
   EXPECT_EQ(CountFrames("W1", proto::Command::kStop), 0u);
+  clock_.Advance(opts_.retire_linger);  // its batch ran longer than the linger
   Done("W1", "a");
   PumpAndFlush();
   EXPECT_EQ(CountFrames("W1", proto::Command::kStop), 1u);
@@ -299,13 +300,45 @@ TEST_F(BrokerCoreTest, RetireIfIdleRefusedWhileBusyAndRetireDrainsThenStops) {
   EXPECT_EQ(sent["w1"], std::vector<std::string>{"b"});
 }
 
-TEST_F(BrokerCoreTest, RetireIfIdleStopsAnIdleWorkerAtOnce) {
+TEST_F(BrokerCoreTest, RetireIfIdleStopsAnIdleWorkerOnceTheLingerIsOver) {
+  Hello("W1", "w1", 1);
+  PumpAndFlush();
+  EXPECT_EQ(Control("retire-if-idle", {"w1"}), ErrorCode::kOk);
+  PumpAndFlush();
+  EXPECT_EQ(core_->workers().Find("w1")->state(), WorkerState::kRetiring);
+  EXPECT_EQ(CountFrames("W1", proto::Command::kStop), 0u);
+  clock_.Advance(opts_.retire_linger);
+  core_->Tick(clock_.Now());
+  PumpAndFlush();
+  EXPECT_EQ(CountFrames("W1", proto::Command::kStop), 1u);
+}
+
+TEST_F(BrokerCoreTest, IdleRetiredWorkerTakenBackWithinTheLingerGetsWorkAgain) {
+  Hello("W1", "w1", 1);
+  PumpAndFlush();
+  EXPECT_EQ(Control("retire-if-idle", {"w1"}), ErrorCode::kOk);
+  Submit("P", {"a"});
+  EXPECT_TRUE(PumpAndFlush().empty());  // retiring: nothing new
+  clock_.Advance(opts_.retire_linger / 2);
+  core_->Tick(clock_.Now());
+  EXPECT_EQ(Control("unretire", {"w1"}), ErrorCode::kOk);
+  auto sent = PumpAndFlush();
+  EXPECT_EQ(sent["w1"], std::vector<std::string>{"a"});
+  clock_.Advance(opts_.retire_linger);
+  core_->Tick(clock_.Now());
+  PumpAndFlush();
+  EXPECT_EQ(CountFrames("W1", proto::Command::kStop), 0u);
+}
+
+TEST_F(BrokerCoreTest, WithNoLingerAnIdleRetiredWorkerIsStoppedAtOnce) {
+  BrokerOptions o;
+  o.retire_linger = Duration(0);
+  Reset(o);
   Hello("W1", "w1", 1);
   PumpAndFlush();
   EXPECT_EQ(Control("retire-if-idle", {"w1"}), ErrorCode::kOk);
   PumpAndFlush();
   EXPECT_EQ(CountFrames("W1", proto::Command::kStop), 1u);
-  EXPECT_EQ(core_->workers().Find("w1")->state(), WorkerState::kRetiring);
 }
 
 TEST_F(BrokerCoreTest, UnretireCancelsRetirementOfAConnectedWorker) {

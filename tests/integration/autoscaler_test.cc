@@ -185,6 +185,38 @@ TEST_F(AutoscalerTest, BurstArrivingWhileWorkersRetireTakesThemBackInsteadOfCold
   ASSERT_TRUE(scaler->Wait(seconds(30)).has_value());
 }
 
+TEST_F(AutoscalerTest, UnreadableMetricsFreezeScaleDownButWorkStillStartsWorkers) {
+  // Nothing listens on port 1: every read fails.
+  auto scaler = StartAutoscaler("autoscaler.log",
+                                {{"--metrics-source", "http://127.0.0.1:1/metrics"},
+                                 {"--idle-seconds", "1"},
+                                 {"--cooldown-seconds", "0"},
+                                 {"--stabilization-seconds", "0"}});
+  auto s = c_.Submit({"--count", "40", "--payload", "20", "--inflight", "40"}, seconds(60));
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.output << ReadFile(c_.dir().File("autoscaler.log"));
+  EXPECT_EQ(s.summary["ok"], "40");
+  // Let at least 15 more polls (3 s, well past --idle-seconds) go by, counted
+  // by the autoscaler's own error counter: nobody may be retired meanwhile.
+  std::string log = ReadFile(c_.dir().File("autoscaler.log"));
+  auto at = log.find("own metrics ");
+  ASSERT_NE(at, std::string::npos) << log;
+  std::string url = log.substr(at + 12, log.find(';', at) - at - 12);
+  double errors_then = PageValue(HttpGet(url), "fleet_autoscaler_metric_source_errors_total");
+  ASSERT_GT(errors_then, 0);
+  ASSERT_TRUE(WaitFor([&] {
+    return PageValue(HttpGet(url), "fleet_autoscaler_metric_source_errors_total") >=
+           errors_then + 15;
+  }, seconds(30)));
+  EXPECT_FALSE(c_.Workers().empty());
+  EXPECT_EQ(c_.StatValue("workers_retired"), 0);
+  log = ReadFile(c_.dir().File("autoscaler.log"));
+  EXPECT_NE(log.find("decision scale_up"), std::string::npos) << log;
+  EXPECT_NE(log.find("scale-down frozen"), std::string::npos) << log;
+  scaler->Signal(SIGTERM);
+  ASSERT_TRUE(scaler->Wait(seconds(30)).has_value());
+  EXPECT_TRUE(WaitFor([&] { return CountWorkers(prefix_) == 0; }, seconds(20)));
+}
+
 TEST_F(AutoscalerTest, RetiringIdleWorkersWhileBatchesKeepArrivingNeverLosesOrFailsOne) {
   // An eager autoscaler (idle 1 s, no cooldown or stabilization) under an
   // uneven stream: short and long batches mixed, so workers keep going idle

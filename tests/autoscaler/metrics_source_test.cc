@@ -1,0 +1,86 @@
+#include "autoscaler/metrics_source.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace fleet::autoscaler {
+namespace {
+
+const char* kBrokerPage = R"(# HELP fleet_queue_depth Batches waiting for a worker, per queue
+# TYPE fleet_queue_depth gauge
+fleet_queue_depth{queue="default"} 7
+fleet_queue_depth{queue="images"} 3
+# TYPE fleet_batches_inflight gauge
+fleet_batches_inflight 5
+# TYPE fleet_workers gauge
+fleet_workers{state="retiring"} 1
+fleet_workers{state="busy"} 1
+fleet_workers{state="idle"} 1
+# TYPE fleet_worker_idle_seconds gauge
+fleet_worker_idle_seconds{worker="w1"} 0
+fleet_worker_idle_seconds{worker="w2"} 12.5
+fleet_worker_idle_seconds{worker="w3"} 3
+# TYPE fleet_worker_held_batches gauge
+fleet_worker_held_batches{worker="w1"} 2
+fleet_worker_held_batches{worker="w2"} 0
+fleet_worker_held_batches{worker="w3"} 0
+# TYPE fleet_worker_retiring gauge
+fleet_worker_retiring{worker="w1"} 0
+fleet_worker_retiring{worker="w2"} 0
+fleet_worker_retiring{worker="w3"} 1
+# TYPE fleet_batches_submitted_total counter
+fleet_batches_submitted_total 100
+# TYPE fleet_batches_completed_total counter
+fleet_batches_completed_total{outcome="ok"} 80
+fleet_batches_completed_total{outcome="failed"} 5
+# TYPE fleet_batch_processing_seconds histogram
+fleet_batch_processing_seconds_bucket{le="+Inf"} 85
+fleet_batch_processing_seconds_sum 42.5
+fleet_batch_processing_seconds_count 85
+)";
+
+TEST(MetricsSourceTest, ObservationFromABrokerPage) {
+  Observation obs = ObservationFromPage(prom::ParsePromText(kBrokerPage));
+  ASSERT_TRUE(obs.fresh);
+  EXPECT_EQ(obs.queued, 10);
+  EXPECT_EQ(obs.inflight, 5);
+  ASSERT_EQ(obs.workers.size(), 3u);
+  EXPECT_EQ(obs.workers[0].id, "w1");
+  EXPECT_EQ(obs.workers[0].state, BrokerWorkerState::kBusy);
+  EXPECT_EQ(obs.workers[1].state, BrokerWorkerState::kIdle);
+  EXPECT_DOUBLE_EQ(obs.workers[1].idle_seconds, 12.5);
+  EXPECT_EQ(obs.workers[2].state, BrokerWorkerState::kRetiring);
+  EXPECT_EQ(obs.submitted_total, 100);
+  EXPECT_EQ(obs.completed_total, 85);
+  EXPECT_DOUBLE_EQ(obs.processing_seconds_sum, 42.5);
+  EXPECT_EQ(obs.processing_seconds_count, 85);
+}
+
+TEST(MetricsSourceTest, PageWithoutBrokerSeriesIsNotFresh) {
+  EXPECT_FALSE(ObservationFromPage(prom::ParsePromText("up 1\n")).fresh);
+  EXPECT_FALSE(ObservationFromPage(prom::ParsePromText("garbage{{{\n")).fresh);
+}
+
+TEST(MetricsSourceTest, UnreachableBrokerGivesAnErrorNotAnException) {
+  ScrapeSource s("http://127.0.0.1:1/metrics", std::chrono::milliseconds(500));
+  std::string error;
+  Observation obs = s.Read(&error);
+  EXPECT_FALSE(obs.fresh);
+  EXPECT_FALSE(error.empty());
+}
+
+TEST(MetricsSourceTest, SpecChoosesTheSource) {
+  auto a = MakeMetricsSource("http://h:9750/metrics", std::chrono::milliseconds(1),
+                             std::chrono::milliseconds(1));
+  EXPECT_EQ(a->Describe(), "http://h:9750/metrics");
+  auto b = MakeMetricsSource("prometheus:http://p:9090", std::chrono::milliseconds(1),
+                             std::chrono::milliseconds(1));
+  EXPECT_EQ(b->Describe(), "prometheus:http://p:9090");
+  EXPECT_THROW(MakeMetricsSource("ftp://x", std::chrono::milliseconds(1),
+                                 std::chrono::milliseconds(1)),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace fleet::autoscaler

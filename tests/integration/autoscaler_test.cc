@@ -2,6 +2,9 @@
 // launcher, real workers, over 127.0.0.1. Waits are bounded conditions.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -215,6 +218,55 @@ TEST_F(AutoscalerTest, UnreadableMetricsFreezeScaleDownButWorkStillStartsWorkers
   scaler->Signal(SIGTERM);
   ASSERT_TRUE(scaler->Wait(seconds(30)).has_value());
   EXPECT_TRUE(WaitFor([&] { return CountWorkers(prefix_) == 0; }, seconds(20)));
+}
+
+// A free TCP port on 127.0.0.1 (for a program that cannot report the port
+// it bound, like Prometheus).
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST_F(AutoscalerTest, ScalesFromAPrometheusServerThatScrapesTheBroker) {
+  // Debian's prometheus, scraping the broker every second.
+  std::string target = c_.metrics().substr(7, c_.metrics().find("/metrics") - 7);
+  std::string config = c_.dir().File("prometheus.yml");
+  std::ofstream(config) << "global:\n  scrape_interval: 1s\n"
+                        << "scrape_configs:\n  - job_name: broker\n"
+                        << "    static_configs:\n      - targets: ['" << target << "']\n";
+  std::string listen = "127.0.0.1:" + std::to_string(FreePort());
+  Process prometheus({"/usr/bin/prometheus", "--config.file=" + config,
+                      "--storage.tsdb.path=" + c_.dir().File("tsdb"),
+                      "--web.listen-address=" + listen},
+                     c_.dir().File("prometheus.log"));
+  ASSERT_TRUE(WaitFor([&] { return HttpGet("http://" + listen + "/-/ready").size() > 0; },
+                      seconds(30)))
+      << ReadFile(c_.dir().File("prometheus.log"));
+  auto scaler = StartAutoscaler("autoscaler.log",
+                                {{"--metrics-source", "prometheus:http://" + listen},
+                                 {"--idle-seconds", "1"},
+                                 {"--cooldown-seconds", "0"},
+                                 {"--stabilization-seconds", "1"}});
+  auto s = c_.Submit({"--count", "200", "--payload", "20", "--inflight", "200"}, seconds(60));
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.output;
+  EXPECT_EQ(s.summary["ok"], "200");
+  // Fresh answers from Prometheus let it scale down too.
+  ASSERT_TRUE(WaitFor([&] { return c_.StatValue("workers_retired") >= 1; }, seconds(30)))
+      << ReadFile(c_.dir().File("autoscaler.log"));
+  std::string log = ReadFile(c_.dir().File("autoscaler.log"));
+  EXPECT_NE(log.find("metrics source prometheus:http://"), std::string::npos) << log;
+  EXPECT_NE(log.find("decision scale_down"), std::string::npos) << log;
+  scaler->Signal(SIGTERM);
+  ASSERT_TRUE(scaler->Wait(seconds(30)).has_value());
+  prometheus.Signal(SIGTERM);
+  prometheus.Wait(seconds(20));
 }
 
 TEST_F(AutoscalerTest, RetiringIdleWorkersWhileBatchesKeepArrivingNeverLosesOrFailsOne) {

@@ -220,6 +220,35 @@ TEST_F(AutoscalerTest, UnreadableMetricsFreezeScaleDownButWorkStillStartsWorkers
   EXPECT_TRUE(WaitFor([&] { return CountWorkers(prefix_) == 0; }, seconds(20)));
 }
 
+TEST_F(AutoscalerTest, CrashingWorkerBackoffPreventsALaunchStorm) {
+  // Every "worker" dies at once: launches must back off (1 s, 2 s, 4 s ...)
+  // instead of restarting it every poll.
+  auto scaler = StartAutoscaler("autoscaler.log", {{"--worker-bin", "/bin/false"}});
+  Process submit({Bin("fleet-submit"), "--broker", c_.frontend(), "--count", "10",
+                  "--timeout-seconds", "60"},
+                 c_.dir().File("submit.log"));
+  std::string log;
+  ASSERT_TRUE(WaitFor([&] {
+    log = ReadFile(c_.dir().File("autoscaler.log"));
+    return log.find("own metrics ") != std::string::npos;
+  }));
+  auto at = log.find("own metrics ");
+  std::string url = log.substr(at + 12, log.find(';', at) - at - 12);
+  // 15 polls held back by the backoff (3 s at 200 ms): without a backoff
+  // each of them would have launched again.
+  const std::string held =
+      "fleet_autoscaler_decisions_total{action=\"hold\",reason=\"start_backoff\"}";
+  ASSERT_TRUE(WaitFor([&] { return PageValue(HttpGet(url), held) >= 15; }, seconds(30)))
+      << ReadFile(c_.dir().File("autoscaler.log"));
+  std::string page = HttpGet(url);
+  double failures = PageValue(page, "fleet_autoscaler_start_failures_total");
+  double launched = PageValue(page, "fleet_autoscaler_workers_launched_total");
+  EXPECT_GE(failures, 3);
+  EXPECT_LE(launched, 12) << page;
+  scaler->Signal(SIGTERM);
+  ASSERT_TRUE(scaler->Wait(seconds(30)).has_value());
+}
+
 // A free TCP port on 127.0.0.1 (for a program that cannot report the port
 // it bound, like Prometheus).
 int FreePort() {

@@ -30,8 +30,10 @@ std::optional<double> Autoscaler::ControlQueued() {
   return std::nullopt;
 }
 
-bool Autoscaler::ControlOp(const char* op, const std::string& id, std::string* message) {
+bool Autoscaler::ControlOp(const char* op, const std::string& id, std::string* message,
+                           bool* answered) {
   auto r = control_.Call(proto::Control{0, op, {id}}, options_.control_timeout);
+  *answered = r.has_value();
   if (!r) {
     *message = "no answer from the broker";
     return false;
@@ -83,6 +85,10 @@ void Autoscaler::Step(TimePoint now) {
     launcher_.Stop(id, Duration(0), now);
     pool_.MarkStopping(id);
   }
+  for (const auto& id : seen.unretired) {
+    spdlog::info("worker {} was taken back at the broker; it stays", id);
+    launcher_.CancelStop(id);
+  }
   for (const auto& id : seen.vanished) {
     // Gone from the broker (drained, or died): make sure the process is too.
     launcher_.Stop(id, options_.grace, now);
@@ -91,8 +97,9 @@ void Autoscaler::Step(TimePoint now) {
   Decision d = policy_.Decide(obs, pool_, now);
   for (const auto& id : d.unretire) {
     std::string msg;
-    if (ControlOp("unretire", id, &msg)) {
-      pool_.MarkUnretired(id);
+    bool answered = false;
+    if (ControlOp("unretire", id, &msg, &answered)) {
+      pool_.MarkUnretired(id, now);
       launcher_.CancelStop(id);
       spdlog::info("took back retiring worker {}", id);
     } else {
@@ -113,13 +120,18 @@ void Autoscaler::Step(TimePoint now) {
   }
   for (const auto& id : d.retire) {
     std::string msg;
-    if (ControlOp("retire-if-idle", id, &msg)) {
+    bool answered = false;
+    if (ControlOp("retire-if-idle", id, &msg, &answered)) {
       pool_.MarkRetiring(id, now);
       launcher_.Stop(id, options_.grace, now);
       metrics_.Retired();
-    } else {
+    } else if (answered) {
       metrics_.RetireRefused();
       spdlog::info("broker refused to retire worker {} ({}); it stays", id, msg);
+    } else {
+      // It may have been retired all the same; the next fresh read says.
+      spdlog::warn("no answer to retire-if-idle {} within {} ms; the next poll will tell", id,
+                   options_.control_timeout.count());
     }
   }
 

@@ -50,7 +50,8 @@ class Autoscaler {
  private:
   std::optional<double> ControlQueued();
   // Sends op(id) on the control socket; true when the broker said ok.
-  bool ControlOp(const char* op, const std::string& id, std::string* message);
+  // `answered` is false when no reply came in time.
+  bool ControlOp(const char* op, const std::string& id, std::string* message, bool* answered);
   void LogDecision(const Decision& d, const Observation& obs);
 
   AutoscalerOptions options_;

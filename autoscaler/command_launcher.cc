@@ -151,7 +151,8 @@ void CommandLauncher::StopAll(Duration grace) {
     bool running = !helpers_.empty();
     for (auto& [id, w] : workers_) {
       if (w.start_pid <= 0) continue;
-      if (waitpid(w.start_pid, nullptr, WNOHANG) == w.start_pid) {
+      pid_t r = waitpid(w.start_pid, nullptr, WNOHANG);
+      if (r == w.start_pid || (r < 0 && errno == ECHILD)) {
         w.start_pid = -1;
       } else {
         running = true;

@@ -86,13 +86,14 @@ int main(int argc, char** argv) {
                  "throughput policy: drain a backlog within this")->capture_default_str();
   app.add_option("--start-timeout-seconds", start_timeout_s,
                  "a started worker not registered by then is killed (and launches back off)")
-      ->capture_default_str();
+      ->capture_default_str()->check(CLI::Range(1.0, 600.0));
   app.add_option("--grace-seconds", grace_s,
                  "a retired worker gets this long to drain before SIGTERM, then as long "
                  "again before SIGKILL; make it longer than your longest batch")
-      ->capture_default_str();
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
   app.add_option("--max-staleness-seconds", staleness_s,
-                 "metrics older than this freeze scale-down")->capture_default_str();
+                 "metrics older than this freeze scale-down (prometheus: source)")
+      ->capture_default_str()->check(CLI::Range(1.0, 3600.0));
   app.add_option("--poll-ms", poll_ms, "time between decisions")->capture_default_str()
       ->check(CLI::Range(100, 600000));
   app.add_option("--id-prefix", o.pool.id_prefix,
@@ -118,6 +119,12 @@ int main(int argc, char** argv) {
     o.grace = SecondsToDuration(grace_s);
 
     std::unique_ptr<Launcher> launcher;
+    if (launcher_kind != "command" && (!start_command.empty() || !stop_command.empty())) {
+      spdlog::warn("--start-command/--stop-command are ignored with --launcher {}", launcher_kind);
+    }
+    if (launcher_kind == "command" && (!worker_args.empty() || !worker_bin.empty())) {
+      spdlog::warn("--worker-args/--worker-bin are ignored with --launcher command");
+    }
     if (launcher_kind == "process") {
       launcher = std::make_unique<ProcessLauncher>(
           worker_bin.empty() ? DefaultWorkerBin() : worker_bin, worker_args);

@@ -50,14 +50,16 @@ bool PoolTracker::MarkRetiring(std::string_view id, TimePoint now) {
   if (it == entries_.end()) return false;
   it->second.state = PoolState::kRetiring;
   it->second.retired_at = now;
+  it->second.own_change_at = now;
   return true;
 }
 
-bool PoolTracker::MarkUnretired(std::string_view id) {
+bool PoolTracker::MarkUnretired(std::string_view id, TimePoint now) {
   auto it = entries_.find(id);
   if (it == entries_.end()) return false;
   it->second.state = PoolState::kRunning;
   it->second.retired_at.reset();
+  it->second.own_change_at = now;
   return true;
 }
 
@@ -130,6 +132,8 @@ ObserveResult PoolTracker::Observe(const Observation& obs, TimePoint now) {
       case PoolState::kRunning:
       case PoolState::kRetiring:
         if (!present) {
+          if (!e.missing_since) e.missing_since = now;
+          if (now - *e.missing_since < options_.vanish_after) break;  // may come back
           forgotten_[e.id] = now;
           // Exited (drained after retire, crashed, or declared dead by the
           // broker). The loop makes sure the process is gone.
@@ -137,13 +141,17 @@ ObserveResult PoolTracker::Observe(const Observation& obs, TimePoint now) {
           it = entries_.erase(it);
           continue;
         }
-        // Someone else (fleet-ctl) retired or unretired it: follow the broker.
+        e.missing_since.reset();
+        // Someone else (fleet-ctl) retired or unretired it: follow the
+        // broker, but not the lagging echo of our own change.
+        if (e.own_change_at && now - *e.own_change_at < options_.follow_holdoff) break;
         if (retiring_there && e.state == PoolState::kRunning) {
           e.state = PoolState::kRetiring;
           e.retired_at = now;
         } else if (!retiring_there && e.state == PoolState::kRetiring) {
           e.state = PoolState::kRunning;
           e.retired_at.reset();
+          r.unretired.push_back(e.id);
         }
         break;
       case PoolState::kStopping:

@@ -72,6 +72,8 @@ struct PoolEntry {
   std::optional<TimePoint> launched_at;    // empty for adopted workers
   std::optional<TimePoint> registered_at;  // first seen at the broker
   std::optional<TimePoint> retired_at;
+  std::optional<TimePoint> missing_since;  // first fresh poll it was not at the broker
+  std::optional<TimePoint> own_change_at;  // our last MarkRetiring / MarkUnretired
 };
 
 struct PoolOptions {
@@ -94,6 +96,16 @@ struct PoolOptions {
   // metrics a poll old still list a worker that just exited. The broker's
   // blacklist TTL (120 s) bounds how long such an id can matter.
   Duration forget_memory = Seconds(120);
+  // A running worker missing from the broker's view is counted (and left
+  // alone) this long before it is taken as gone: after a broker restart, or
+  // a pause past the broker's liveness, workers re-register within a few
+  // heartbeats, and replacing them all would churn the fleet. A worker whose
+  // process exits is forgotten at once (Forget). 0 .. 10 min.
+  Duration vanish_after = Seconds(10);
+  // After the autoscaler itself retires or takes back a worker, the
+  // broker's metrics (a tick and a scrape old) still show the old state for
+  // a while; the book does not follow them for this long. 0 .. 1 min.
+  Duration follow_holdoff = Seconds(3);
 };
 
 // What Observe() found; the loop acts on it (kill, reap, log).
@@ -102,6 +114,7 @@ struct ObserveResult {
   std::vector<std::string> timed_out;   // starting too long: now kStopping, kill it
   std::vector<std::string> vanished;    // gone from the broker: forgotten; make sure it is stopped
   std::vector<std::string> adopted;     // found at the broker with our prefix
+  std::vector<std::string> unretired;   // retiring -> running by someone else: cancel its stop
 };
 
 struct PoolCounts {
@@ -129,7 +142,7 @@ class PoolTracker {
   // The broker accepted retire-if-idle for `id`. False if unknown.
   bool MarkRetiring(std::string_view id, TimePoint now);
   // The broker accepted unretire for `id`. False if unknown.
-  bool MarkUnretired(std::string_view id);
+  bool MarkUnretired(std::string_view id, TimePoint now);
   // The launcher was told to stop `id`. False if unknown.
   bool MarkStopping(std::string_view id);
   // The launcher reaped `id` (its process or container is gone). A worker

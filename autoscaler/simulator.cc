@@ -216,7 +216,7 @@ void Sim::Poll(Ms t) {
     w.added_at = t;
     w.took_since_added = false;
     AddSlots(w);
-    pool_.MarkUnretired(id);
+    pool_.MarkUnretired(id, now);
     ++r_.unretires;
   }
   for (int i = 0; i < d.launch; ++i) {

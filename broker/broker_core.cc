@@ -537,7 +537,7 @@ void BrokerCore::OnUnretire(std::string_view identity, const proto::Control& m) 
   w->retiring = false;
   blacklist_.Remove(w->id);
   spdlog::info("worker {} unretired: takes work again", w->id);
-  // Its credit was reset at retirement; its next DONE grants it again.
+  // Its credit was zeroed at retirement: give back every free slot.
   std::uint32_t room = w->concurrency > w->held.size()
                            ? w->concurrency - static_cast<std::uint32_t>(w->held.size())
                            : 0;

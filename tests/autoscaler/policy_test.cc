@@ -65,7 +65,7 @@ class Harness {
     pool.Observe(o, clock.Now());
     Decision d = policy.Decide(o, pool, clock.Now());
     for (const std::string& id : d.unretire) {
-      pool.MarkUnretired(id);
+      pool.MarkUnretired(id, clock.Now());
       broker[id].state = BrokerWorkerState::kIdle;
     }
     for (int i = 0; i < d.launch; ++i) pool.Launch(clock.Now());

@@ -166,10 +166,48 @@ TEST(PoolTrackerTest, WorkerGoneFromBrokerIsReportedAndForgotten) {
   pool.Observe(Fresh({Idle(a), Idle(b)}), clock.Now());
   pool.MarkRetiring(b, clock.Now());
   clock.Advance(Seconds(1));
+  // Missing for less than vanish_after: a broker restart, perhaps; kept.
   ObserveResult r = pool.Observe(Fresh({}), clock.Now());
+  EXPECT_TRUE(r.vanished.empty());
+  EXPECT_EQ(pool.Counts().active(), 1);
+  clock.Advance(Opts().vanish_after);
+  r = pool.Observe(Fresh({}), clock.Now());
   EXPECT_EQ(r.vanished, (std::vector<std::string>{a, b}));
   EXPECT_EQ(pool.Counts().active(), 0);
   EXPECT_TRUE(pool.entries().empty());
+}
+
+TEST(PoolTrackerTest, WorkersBackAfterABrokerRestartAreKeptNotReplaced) {
+  FakeClock clock;
+  PoolTracker pool(Opts(), "r");
+  const std::string a = pool.Launch(clock.Now());
+  pool.Observe(Fresh({Idle(a)}), clock.Now());
+  clock.Advance(Seconds(2));
+  ObserveResult r = pool.Observe(Fresh({}), clock.Now());  // new broker, nobody yet
+  EXPECT_TRUE(r.vanished.empty());
+  clock.Advance(Seconds(2));
+  r = pool.Observe(Fresh({Idle(a)}), clock.Now());  // re-registered
+  EXPECT_TRUE(r.vanished.empty());
+  EXPECT_TRUE(r.adopted.empty());
+  EXPECT_EQ(pool.Find(a)->state, PoolState::kRunning);
+  clock.Advance(Opts().vanish_after);
+  EXPECT_TRUE(pool.Observe(Fresh({Idle(a)}), clock.Now()).vanished.empty());
+}
+
+TEST(PoolTrackerTest, OwnRetireIsNotUndoneByLaggingMetricsButAnOperatorUnretireIsFollowed) {
+  FakeClock clock;
+  PoolTracker pool(Opts(), "r");
+  const std::string a = pool.Launch(clock.Now());
+  pool.Observe(Fresh({Idle(a)}), clock.Now());
+  pool.MarkRetiring(a, clock.Now());
+  clock.Advance(Seconds(1));
+  ObserveResult r = pool.Observe(Fresh({Idle(a)}), clock.Now());  // metrics a tick old
+  EXPECT_EQ(pool.Find(a)->state, PoolState::kRetiring);
+  EXPECT_TRUE(r.unretired.empty());
+  clock.Advance(Opts().follow_holdoff);
+  r = pool.Observe(Fresh({Idle(a)}), clock.Now());  // fleet-ctl unretired it
+  EXPECT_EQ(pool.Find(a)->state, PoolState::kRunning);
+  EXPECT_EQ(r.unretired, std::vector<std::string>{a});
 }
 
 TEST(PoolTrackerTest, ReapedIdIsNotReadoptedFromLaggingMetrics) {
@@ -211,7 +249,7 @@ TEST(PoolTrackerTest, ListsRetiringWorkersPastTheirGrace) {
   clock.Advance(Seconds(6));
   EXPECT_EQ(pool.RetiringLongerThan(Seconds(10), clock.Now()), std::vector<std::string>{a});
   EXPECT_TRUE(pool.MarkStopping(a));
-  EXPECT_TRUE(pool.MarkUnretired(b));
+  EXPECT_TRUE(pool.MarkUnretired(b, clock.Now()));
   EXPECT_TRUE(pool.RetiringLongerThan(Seconds(0), clock.Now()).empty());
   EXPECT_FALSE(pool.MarkRetiring("nope", clock.Now()));
 }

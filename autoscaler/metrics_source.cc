@@ -17,11 +17,28 @@ BrokerWorkerState StateFrom(double held, double retiring) {
 
 }  // namespace
 
-Observation ObservationFromPage(const prom::ParseResult& page) {
+static double WallNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Observation ObservationFromPage(const prom::ParseResult& page, double wall_now,
+                                std::chrono::milliseconds max_staleness, std::string* error) {
   Observation obs;
   auto inflight = page.Value("fleet_batches_inflight");
   obs.fresh = inflight.has_value() && page.Count("fleet_workers") > 0;
   if (!obs.fresh) return obs;
+  auto updated = page.Value("fleet_metrics_updated_timestamp_seconds");
+  if (updated && max_staleness.count() > 0 &&
+      (wall_now - *updated) * 1000 > static_cast<double>(max_staleness.count())) {
+    if (error != nullptr) {
+      *error = "broker metrics last refreshed " +
+               std::to_string(static_cast<long>(wall_now - *updated)) +
+               " s ago (is its loop stuck?)";
+    }
+    obs.fresh = false;
+    return obs;
+  }
   obs.inflight = *inflight;
   obs.queued = page.Sum("fleet_queue_depth");
   std::map<std::string, double> held, retiring;
@@ -47,8 +64,9 @@ Observation ObservationFromPage(const prom::ParseResult& page) {
   return obs;
 }
 
-ScrapeSource::ScrapeSource(std::string url, std::chrono::milliseconds timeout)
-    : url_(std::move(url)), timeout_(timeout) {}
+ScrapeSource::ScrapeSource(std::string url, std::chrono::milliseconds timeout,
+                           std::chrono::milliseconds max_staleness)
+    : url_(std::move(url)), timeout_(timeout), max_staleness_(max_staleness) {}
 
 Observation ScrapeSource::Read(std::string* error) {
   http::HttpResponse r = http_.Get(url_, timeout_);
@@ -57,8 +75,8 @@ Observation ScrapeSource::Read(std::string* error) {
     return Observation{};
   }
   prom::ParseResult page = prom::ParsePromText(r.body);
-  Observation obs = ObservationFromPage(page);
-  if (!obs.fresh) {
+  Observation obs = ObservationFromPage(page, WallNow(), max_staleness_, error);
+  if (!obs.fresh && error->empty()) {
     *error = "the page has no fleet broker metrics (fleet_batches_inflight, fleet_workers)";
   }
   return obs;
@@ -93,10 +111,7 @@ Observation PrometheusSource::Read(std::string* error) {
     *error = "Prometheus has no fleet_batches_inflight series (is it scraping the broker?)";
     return obs;
   }
-  double now_s = std::chrono::duration<double>(
-                     std::chrono::system_clock::now().time_since_epoch())
-                     .count();
-  double age = now_s - q.samples[0].value;
+  double age = WallNow() - q.samples[0].value;
   if (age * 1000 > static_cast<double>(max_staleness_.count())) {
     *error = "broker metrics in Prometheus are " + std::to_string(static_cast<int>(age)) +
              " s old";
@@ -145,7 +160,7 @@ std::unique_ptr<MetricsSource> MakeMetricsSource(const std::string& spec,
                                               max_staleness);
   }
   if (spec.rfind("http://", 0) == 0 || spec.rfind("https://", 0) == 0) {
-    return std::make_unique<ScrapeSource>(spec, timeout);
+    return std::make_unique<ScrapeSource>(spec, timeout, max_staleness);
   }
   throw std::invalid_argument("--metrics-source must be http://HOST:PORT/metrics or "
                               "prometheus:http://HOST:9090, not '" + spec + "'");

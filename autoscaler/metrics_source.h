@@ -8,6 +8,7 @@
 // Not thread-safe; blocking (bounded by the HTTP timeout).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -27,18 +28,26 @@ class MetricsSource {
 };
 
 // Builds an Observation from a parsed broker /metrics page. fresh is true
-// when the page has the broker's core series.
-Observation ObservationFromPage(const prom::ParseResult& page);
+// when the page has the broker's core series and its refresh time
+// (fleet_metrics_updated_timestamp_seconds, wall clock) is within
+// `max_staleness` of `wall_now` (seconds since the epoch); a page without
+// that series is judged by the core series alone. On a stale page `error`
+// says how old it is.
+Observation ObservationFromPage(const prom::ParseResult& page, double wall_now = 0,
+                                std::chrono::milliseconds max_staleness = {},
+                                std::string* error = nullptr);
 
 class ScrapeSource : public MetricsSource {
  public:
-  ScrapeSource(std::string url, std::chrono::milliseconds timeout);
+  ScrapeSource(std::string url, std::chrono::milliseconds timeout,
+               std::chrono::milliseconds max_staleness = std::chrono::milliseconds(10000));
   Observation Read(std::string* error) override;
   std::string Describe() const override { return url_; }
 
  private:
   std::string url_;
   std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds max_staleness_;
   http::HttpClient http_;
 };
 

@@ -1,5 +1,6 @@
 #include "broker/broker_metrics.h"
 
+#include <chrono>
 #include <stdexcept>
 
 namespace fleet::broker {
@@ -33,6 +34,10 @@ BrokerMetrics::BrokerMetrics(prometheus::Registry& r)
       results_retained_(BuildGauge().Name("fleet_results_retained")
                             .Help("Finished results kept for re-submits and fetches")
                             .Register(r).Add({})),
+      updated_(BuildGauge().Name("fleet_metrics_updated_timestamp_seconds")
+                   .Help("Wall-clock time the broker's loop last refreshed these metrics; "
+                         "readers tell a stuck loop from a quiet one by it")
+                   .Register(r).Add({})),
       submitted_(BuildCounter().Name("fleet_batches_submitted_total")
                      .Help("Batches accepted from producers").Register(r).Add({})),
       completed_(BuildCounter().Name("fleet_batches_completed_total")
@@ -140,6 +145,8 @@ void BrokerMetrics::Update(BrokerCore& core, TimePoint now) {
     it = worker_series_.erase(it);
   }
   blacklisted_.Set(static_cast<double>(core.blacklist().size()));
+  updated_.Set(std::chrono::duration<double>(
+                   std::chrono::system_clock::now().time_since_epoch()).count());
   results_retained_.Set(static_cast<double>(core.results().size()));
 
   const Counters& c = core.counters();

@@ -49,6 +49,7 @@ class BrokerMetrics {
   prometheus::Family<prometheus::Gauge>& worker_retiring_;
   prometheus::Gauge& blacklisted_;
   prometheus::Gauge& results_retained_;
+  prometheus::Gauge& updated_;
   prometheus::Counter& submitted_;
   prometheus::Family<prometheus::Counter>& completed_;
   prometheus::Counter& completed_ok_;

@@ -84,3 +84,23 @@ TEST(MetricsSourceTest, SpecChoosesTheSource) {
 
 }  // namespace
 }  // namespace fleet::autoscaler
+
+namespace fleet::autoscaler {
+namespace {
+
+TEST(MetricsSourceTest, PageLastRefreshedLongAgoIsStale) {
+  std::string page = std::string(kBrokerPage) +
+                     "# TYPE fleet_metrics_updated_timestamp_seconds gauge\n"
+                     "fleet_metrics_updated_timestamp_seconds 1000\n";
+  auto parsed = prom::ParsePromText(page);
+  std::string error;
+  // Refreshed 5 s before "now": fresh with a 10 s limit.
+  EXPECT_TRUE(ObservationFromPage(parsed, 1005, std::chrono::milliseconds(10000), &error).fresh);
+  // 60 s before: the broker's loop is stuck; not fresh, and it says why.
+  Observation stale = ObservationFromPage(parsed, 1060, std::chrono::milliseconds(10000), &error);
+  EXPECT_FALSE(stale.fresh);
+  EXPECT_NE(error.find("60 s ago"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace fleet::autoscaler

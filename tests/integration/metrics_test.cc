@@ -40,7 +40,7 @@ TEST(MetricsTest, BrokerServesEveryDesignMetricAndDropsSeriesOfWorkersThatLeave)
         "fleet_batch_processing_seconds_count 100", "fleet_batch_wait_seconds_bucket{le=\"+Inf\"}",
         "fleet_batches_rejected_total{reason=\"queue_full\"} 0",
         "fleet_messages_rejected_total{reason=\"malformed\"} 0",
-        "fleet_dispatched_to_retiring_total 0"}) {
+        "fleet_dispatched_to_retiring_total 0", "fleet_metrics_updated_timestamp_seconds "}) {
     EXPECT_TRUE(Has(page, name)) << "missing " << name;
   }
   // Retire m2: the gauge shows it retiring, then its series go when it leaves.

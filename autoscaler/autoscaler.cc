@@ -55,6 +55,12 @@ void Autoscaler::Step(TimePoint now) {
     if (entry != nullptr && entry->state == PoolState::kStarting) metrics_.StartFailure();
     pool_.Forget(e.id, now);
   }
+  for (const std::string& id : launcher_.TakeAdopted()) {
+    if (pool_.AdoptLaunched(id, now)) {
+      spdlog::info("adopted worker {} from the {} launcher (left by an earlier run)", id,
+                   launcher_.name());
+    }
+  }
 
   std::string error;
   Observation obs = source_.Read(&error);

@@ -43,6 +43,11 @@ class Launcher {
   // exited since the last call.
   virtual std::vector<Exited> Poll(TimePoint now) = 0;
 
+  // Workers it found running that it did not start in this run (the Docker
+  // launcher adopts its pool's containers after an autoscaler restart),
+  // reported once each, in the Poll that found them. The loop books them.
+  virtual std::vector<std::string> TakeAdopted() { return {}; }
+
   // Workers it started that have not exited (as far as it can tell).
   virtual std::vector<std::string> Alive() const = 0;
 

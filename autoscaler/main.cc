@@ -7,6 +7,7 @@
 
 #include "autoscaler/autoscaler.h"
 #include "autoscaler/command_launcher.h"
+#include "autoscaler/docker_launcher.h"
 #include "autoscaler/process_launcher.h"
 #include "common/flags.h"
 #include "common/log.h"
@@ -40,6 +41,8 @@ int main(int argc, char** argv) {
   double idle_s = 60, cooldown_s = 30, stabilization_s = 60, start_timeout_s = 30;
   double grace_s = 30, drain_s = 10, staleness_s = 10;
   int poll_ms = 1000;
+  DockerOptions docker;
+  std::string docker_memory = "512m";
 
   CLI::App app("fleet-autoscaler: starts workers when work waits and retires idle ones "
                "through the broker (retire-if-idle + blacklist), so scaling never loses or "
@@ -48,18 +51,45 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-source", source_spec,
                  "the broker's /metrics URL, or prometheus:http://HOST:9090 to query a "
                  "Prometheus server")->capture_default_str();
-  app.add_option("--launcher", launcher_kind, "how workers start: process, command (docker "
-                 "comes with the deployment)")->capture_default_str()
+  app.add_option("--launcher", launcher_kind, "how workers start: process (local child "
+                 "processes), docker (containers through the Docker Engine API), command (your "
+                 "own start/stop commands)")->capture_default_str()
       ->check(CLI::IsMember({"process", "command", "docker"}));
   app.add_option("--worker-args", worker_args,
-                 "shell words passed to each fleet-worker after --id (process launcher), "
+                 "shell words passed to each fleet-worker after --id (process and docker "
+                 "launchers), "
                  "e.g. \"--broker tcp://127.0.0.1:5556 --handler sleep\"");
   app.add_option("--worker-bin", worker_bin,
-                 "fleet-worker to run (default: the one beside this program)");
+                 "fleet-worker to run (default: the one beside this program; docker: "
+                 "fleet-worker in the image)");
   app.add_option("--start-command", start_command,
                  "command launcher: /bin/sh command that starts worker {id}");
   app.add_option("--stop-command", stop_command,
                  "command launcher: /bin/sh command that stops worker {id}");
+  app.add_option("--docker-socket", docker.socket_path,
+                 "docker launcher: the Docker Engine's unix socket")->capture_default_str();
+  app.add_option("--docker-image", docker.image, "docker launcher: image the workers run")
+      ->capture_default_str();
+  app.add_option("--docker-network", docker.network,
+                 "docker launcher: network the workers join (name, \"host\", or empty for the "
+                 "default bridge)");
+  app.add_option("--docker-pool", docker.pool,
+                 "docker launcher: value of the fleet.pool label on its containers; it adopts "
+                 "and touches only containers carrying it")->capture_default_str();
+  app.add_option("--docker-env", docker.env,
+                 "docker launcher: KEY=VALUE for the workers' environment (repeatable; "
+                 "comma-separated in FLEET_DOCKER_ENV)")->delimiter(',');
+  app.add_option("--docker-memory", docker_memory,
+                 "docker launcher: memory limit per worker (bytes, or k/m/g; 0 = none)")
+      ->capture_default_str();
+  app.add_option("--docker-pids-limit", docker.pids_limit,
+                 "docker launcher: most processes per worker container (0 = none)")
+      ->capture_default_str()->check(CLI::Range(0, 1 << 22));
+  app.add_option("--docker-cpus", docker.cpus, "docker launcher: CPUs per worker (0 = no limit)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1024.0));
+  app.add_option("--docker-worker-metrics-port", docker.metrics_port,
+                 "docker launcher: port of each worker's /metrics (labelled for Prometheus' "
+                 "docker_sd_configs); 0 = off")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_option("--policy", policy, "backlog (queued+inflight per worker) or throughput "
                  "(arrival rate x processing time, Little's law)")->capture_default_str()
       ->check(CLI::IsMember({"backlog", "throughput"}));
@@ -134,9 +164,12 @@ int main(int argc, char** argv) {
       }
       launcher = std::make_unique<CommandLauncher>(start_command, stop_command);
     } else {
-      throw std::invalid_argument(
-          "--launcher docker is not available in this build yet (it comes with the "
-          "docker-compose deployment); use process or command");
+      auto bytes = ParseByteSize(docker_memory);
+      if (!bytes) throw std::invalid_argument("--docker-memory: not a size: " + docker_memory);
+      docker.memory_bytes = *bytes;
+      if (!worker_bin.empty()) docker.worker_command = worker_bin;
+      docker.worker_args = worker_args;
+      launcher = std::make_unique<DockerLauncher>(docker);
     }
     auto source = MakeMetricsSource(source_spec, std::chrono::milliseconds(2000),
                                     std::chrono::milliseconds(static_cast<long>(staleness_s * 1000)));

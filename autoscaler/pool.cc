@@ -39,6 +39,18 @@ std::string PoolTracker::Launch(TimePoint now) {
   return id;
 }
 
+bool PoolTracker::AdoptLaunched(std::string_view id, TimePoint now) {
+  if (entries_.find(id) != entries_.end()) return false;
+  std::string key(id);
+  forgotten_.erase(key);
+  PoolEntry& e = entries_[key];
+  e.id = std::move(key);
+  e.state = PoolState::kStarting;
+  e.adopted = true;
+  e.launched_at = now;
+  return true;
+}
+
 void PoolTracker::LaunchFailed(std::string_view id, TimePoint now) {
   auto it = entries_.find(id);
   if (it != entries_.end()) entries_.erase(it);
@@ -114,7 +126,7 @@ ObserveResult PoolTracker::Observe(const Observation& obs, TimePoint now) {
         if (present) {
           e.state = retiring_there ? PoolState::kRetiring : PoolState::kRunning;
           e.registered_at = now;
-          if (e.launched_at) {
+          if (e.launched_at && !e.adopted) {
             const double sample = SecondsBetween(*e.launched_at, now);
             startup_ewma_ = startup_ewma_ ? options_.startup_ewma_alpha * sample +
                                                 (1 - options_.startup_ewma_alpha) * *startup_ewma_

@@ -137,6 +137,11 @@ class PoolTracker {
   // Records a launch at `now` and returns the fresh id to start the worker
   // with (state kStarting). Does not check CanLaunch; the policy does.
   std::string Launch(TimePoint now);
+  // The launcher found `id` already running (a container left by an earlier
+  // autoscaler run). It is booked as starting, without a launch sample, so
+  // it registers (or times out and is killed) like a worker of ours. False
+  // if the id is already in the book.
+  bool AdoptLaunched(std::string_view id, TimePoint now);
   // The launcher could not start `id`: forgets it, counts a start failure.
   void LaunchFailed(std::string_view id, TimePoint now);
   // The broker accepted retire-if-idle for `id`. False if unknown.

@@ -1,0 +1,399 @@
+#include "autoscaler/docker_launcher.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <cctype>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "autoscaler/process_launcher.h"
+
+namespace fleet::autoscaler {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kPoolLabel = "fleet.pool";
+constexpr const char* kIdLabel = "fleet.worker-id";
+
+// "1.41" -> 141; 0 when malformed.
+int ApiNumber(const std::string& v) {
+  auto dot = v.find('.');
+  if (dot == std::string::npos) return 0;
+  try {
+    return std::stoi(v.substr(0, dot)) * 100 + std::stoi(v.substr(dot + 1));
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+bool SpecialNetwork(const std::string& n) {
+  return n.empty() || n == "host" || n == "bridge" || n == "none" || n == "default" ||
+         n.starts_with("container:");
+}
+
+}  // namespace
+
+std::string DockerErrorMessage(const http::HttpResponse& response) {
+  if (!response.error.empty()) return response.error;
+  json j = json::parse(response.body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("message") && j["message"].is_string()) {
+    return fmt::format("{} (HTTP {})", j["message"].get<std::string>(), response.status);
+  }
+  std::string body = response.body.substr(0, 200);
+  return fmt::format("HTTP {}{}{}", response.status, body.empty() ? "" : ": ", body);
+}
+
+std::optional<std::int64_t> ParseByteSize(const std::string& text) {
+  std::size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  if (i == 0 || i > 15) return std::nullopt;
+  std::int64_t n = std::stoll(text.substr(0, i));
+  std::string unit;
+  for (char c : text.substr(i)) unit += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  int shift = 0;
+  if (unit.empty() || unit == "b") {
+    shift = 0;
+  } else if (unit == "k" || unit == "kb" || unit == "kib") {
+    shift = 10;
+  } else if (unit == "m" || unit == "mb" || unit == "mib") {
+    shift = 20;
+  } else if (unit == "g" || unit == "gb" || unit == "gib") {
+    shift = 30;
+  } else {
+    return std::nullopt;
+  }
+  if (n > (std::int64_t{1} << (62 - shift))) return std::nullopt;
+  return n << shift;
+}
+
+DockerLauncher::DockerLauncher(DockerOptions options) : options_(std::move(options)) {
+  http_options_.unix_socket_path = options_.socket_path;
+  struct stat st {};
+  if (stat(options_.socket_path.c_str(), &st) != 0) {
+    throw std::runtime_error(fmt::format(
+        "docker launcher: no Docker socket at {}: is the Docker engine running on this host, "
+        "and (in a container) is the socket mounted (-v /var/run/docker.sock:{})?",
+        options_.socket_path, options_.socket_path));
+  }
+  http::HttpResponse ping = http_.Get("http://docker/_ping", options_.api_timeout, http_options_);
+  if (!ping.ok()) {
+    throw std::runtime_error(fmt::format(
+        "docker launcher: the Docker engine does not answer on {}: {} (permission: the "
+        "autoscaler's user must be able to open the socket, e.g. be in its group)",
+        options_.socket_path, DockerErrorMessage(ping)));
+  }
+  http::HttpResponse version =
+      http_.Get("http://docker/version", options_.api_timeout, http_options_);
+  json v = json::parse(version.body, nullptr, false);
+  std::string api = v.is_object() && v.value("ApiVersion", json()).is_string()
+                        ? v["ApiVersion"].get<std::string>()
+                        : "";
+  if (!version.ok() || ApiNumber(api) < ApiNumber(std::string(kDockerApiVersion).substr(1))) {
+    throw std::runtime_error(fmt::format(
+        "docker launcher: the engine on {} speaks API {}, this launcher needs {} or newer "
+        "(Docker Engine 20.10+)",
+        options_.socket_path, api.empty() ? "(unknown)" : api, kDockerApiVersion + 1));
+  }
+  http::HttpResponse image = Call(http::Method::kGet, "/images/" + options_.image + "/json");
+  if (image.status == 404) {
+    throw std::runtime_error(fmt::format(
+        "docker launcher: image {} does not exist at the engine: build it "
+        "(docker/build-images.sh) or pull it, or name another with --docker-image",
+        options_.image));
+  }
+  if (!image.ok()) {
+    throw std::runtime_error(fmt::format("docker launcher: cannot inspect image {}: {}",
+                                         options_.image, DockerErrorMessage(image)));
+  }
+  if (!SpecialNetwork(options_.network)) {
+    http::HttpResponse net =
+        Call(http::Method::kGet, "/networks/" + http::UrlEncode(options_.network));
+    if (net.status == 404) {
+      throw std::runtime_error(fmt::format(
+          "docker launcher: network {} does not exist (with docker-compose it is created by "
+          "`docker-compose up`; check --docker-network)",
+          options_.network));
+    }
+    if (!net.ok()) {
+      throw std::runtime_error(fmt::format("docker launcher: cannot inspect network {}: {}",
+                                           options_.network, DockerErrorMessage(net)));
+    }
+  }
+  spdlog::info("docker launcher: engine API {} on {}, image {}, network {}, pool label {}={}",
+               api, options_.socket_path, options_.image,
+               options_.network.empty() ? "(default bridge)" : options_.network, kPoolLabel,
+               options_.pool);
+}
+
+http::HttpResponse DockerLauncher::Call(http::Method method, const std::string& path,
+                                        const std::string& body) {
+  return http_.Perform(method, std::string("http://docker/") + kDockerApiVersion + path, body,
+                       options_.api_timeout, http_options_);
+}
+
+std::string DockerLauncher::ContainerName(const std::string& id) const {
+  return options_.pool + "-" + id;
+}
+
+std::string DockerLauncher::CreateBody(const std::string& id) const {
+  json env = json::array();
+  for (const auto& e : options_.env) env.push_back(e);
+  json labels = {{kPoolLabel, options_.pool}, {"fleet.role", "worker"}, {kIdLabel, id}};
+  if (options_.metrics_port > 0) {
+    env.push_back(fmt::format("FLEET_METRICS=0.0.0.0:{}", options_.metrics_port));
+    labels["fleet.metrics-port"] = std::to_string(options_.metrics_port);
+  }
+  std::string command = "exec " + ShellQuote(options_.worker_command) + " --id " + ShellQuote(id);
+  if (!options_.worker_args.empty()) command += " " + options_.worker_args;
+  json host = {
+      {"Init", true},
+      {"Privileged", false},
+      {"ReadonlyRootfs", true},
+      {"CapDrop", json::array({"ALL"})},
+      {"SecurityOpt", json::array({"no-new-privileges"})},
+      {"Tmpfs", {{"/tmp", "rw,noexec,nosuid,size=64m"}}},
+      {"RestartPolicy", {{"Name", "no"}}},
+  };
+  if (!options_.network.empty()) host["NetworkMode"] = options_.network;
+  if (options_.memory_bytes > 0) {
+    host["Memory"] = options_.memory_bytes;
+    host["MemorySwap"] = options_.memory_bytes;  // no swap on top
+  }
+  if (options_.pids_limit > 0) host["PidsLimit"] = options_.pids_limit;
+  if (options_.cpus > 0) host["NanoCpus"] = static_cast<std::int64_t>(std::llround(options_.cpus * 1e9));
+  json body = {
+      {"Image", options_.image},
+      {"Cmd", json::array({"/bin/sh", "-c", command})},
+      {"Entrypoint", json::array()},
+      {"Env", env},
+      {"Labels", labels},
+      {"Healthcheck", {{"Test", json::array({"NONE"})}}},
+      {"StopSignal", "SIGTERM"},
+      {"HostConfig", host},
+  };
+  return body.dump();
+}
+
+bool DockerLauncher::Start(const std::string& id, TimePoint, std::string* error) {
+  if (workers_.count(id) != 0) {
+    *error = "a worker " + id + " is already started";
+    return false;
+  }
+  const std::string name = ContainerName(id);
+  http::HttpResponse created =
+      Call(http::Method::kPost, "/containers/create?name=" + http::UrlEncode(name),
+           CreateBody(id));
+  if (!created.ok()) {
+    *error = fmt::format("create container {} from image {}: {}", name, options_.image,
+                         DockerErrorMessage(created));
+    return false;
+  }
+  json j = json::parse(created.body, nullptr, false);
+  if (!j.is_object() || !j.value("Id", json()).is_string()) {
+    *error = "create container " + name + ": the engine's reply has no Id";
+    return false;
+  }
+  std::string container = j["Id"].get<std::string>();
+  http::HttpResponse started = Call(http::Method::kPost, "/containers/" + container + "/start");
+  if (!started.ok() && started.status != 304) {
+    *error = fmt::format("start container {}: {}", name, DockerErrorMessage(started));
+    Remove(container, name);
+    return false;
+  }
+  workers_[id].container = std::move(container);
+  spdlog::debug("started container {} ({})", name, workers_[id].container.substr(0, 12));
+  return true;
+}
+
+void DockerLauncher::Stop(const std::string& id, Duration grace, TimePoint now) {
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.term_at || it->second.termed) return;
+  it->second.grace = grace;
+  it->second.term_at = now + grace;
+}
+
+void DockerLauncher::CancelStop(const std::string& id) {
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.termed) return;  // too late: it was signalled
+  it->second.term_at.reset();
+}
+
+std::optional<std::vector<DockerLauncher::Listed>> DockerLauncher::List() {
+  json filters = {{"label", json::array({std::string(kPoolLabel) + "=" + options_.pool})}};
+  http::HttpResponse r = Call(http::Method::kGet,
+                              "/containers/json?all=1&filters=" + http::UrlEncode(filters.dump()));
+  json j = r.ok() ? json::parse(r.body, nullptr, false) : json();
+  if (!j.is_array()) {
+    if (!list_failing_) {
+      spdlog::error("docker launcher: cannot list the pool's containers: {}",
+                    r.ok() ? "unexpected reply" : DockerErrorMessage(r));
+    }
+    list_failing_ = true;
+    return std::nullopt;
+  }
+  if (list_failing_) spdlog::info("docker launcher: the engine answers again");
+  list_failing_ = false;
+  std::vector<Listed> out;
+  for (const json& c : j) {
+    if (!c.is_object() || !c.value("Id", json()).is_string()) continue;
+    Listed l;
+    l.container = c["Id"].get<std::string>();
+    l.state = c.value("State", json()).is_string() ? c["State"].get<std::string>() : "";
+    const json& labels = c.value("Labels", json::object());
+    // The engine filtered on the label already; check again, so a container
+    // without it is never touched whatever the engine does.
+    if (!labels.is_object() || labels.value(kPoolLabel, json()) != json(options_.pool)) continue;
+    if (labels.value(kIdLabel, json()).is_string()) l.worker_id = labels[kIdLabel].get<std::string>();
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+int DockerLauncher::ExitCode(const std::string& container) {
+  http::HttpResponse r = Call(http::Method::kGet, "/containers/" + container + "/json");
+  json j = r.ok() ? json::parse(r.body, nullptr, false) : json();
+  if (!j.is_object() || !j.value("State", json()).is_object()) return -1;
+  const json& state = j["State"];
+  if (state.value("OOMKilled", false)) {
+    spdlog::warn("container {} was killed for memory (limit {} bytes)", container.substr(0, 12),
+                 options_.memory_bytes);
+  }
+  return state.value("ExitCode", -1);
+}
+
+void DockerLauncher::Signal(const std::string& id, const std::string& container,
+                            const char* signal) {
+  http::HttpResponse r =
+      Call(http::Method::kPost, "/containers/" + container + "/kill?signal=" + signal);
+  // 409: not running any more; 404: gone. Poll reports either.
+  if (!r.ok() && r.status != 409 && r.status != 404) {
+    spdlog::warn("could not send {} to worker {}'s container: {}", signal, id,
+                 DockerErrorMessage(r));
+  }
+}
+
+void DockerLauncher::Remove(const std::string& container, const std::string& what) {
+  http::HttpResponse r =
+      Call(http::Method::kDelete, "/containers/" + container + "?force=true&v=true");
+  if (!r.ok() && r.status != 404) {
+    spdlog::warn("could not remove container {}: {}", what, DockerErrorMessage(r));
+  }
+}
+
+std::vector<Exited> DockerLauncher::Poll(TimePoint now) {
+  std::vector<Exited> exited;
+  auto listed = List();
+  if (!listed) return exited;  // try again next poll; nothing is decided blind
+
+  std::map<std::string, const Listed*> by_container;
+  for (const Listed& l : *listed) by_container[l.container] = &l;
+  std::set<std::string> tracked_containers;
+
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    const std::string& id = it->first;
+    Worker& w = it->second;
+    tracked_containers.insert(w.container);
+    auto found = by_container.find(w.container);
+    if (found == by_container.end()) {
+      spdlog::warn("worker {}'s container disappeared (removed outside the autoscaler)", id);
+      exited.push_back({id, -1});
+      it = workers_.erase(it);
+      continue;
+    }
+    const std::string& state = found->second->state;
+    if (state == "exited" || state == "dead") {
+      int code = ExitCode(w.container);
+      Remove(w.container, ContainerName(id));
+      exited.push_back({id, code});
+      it = workers_.erase(it);
+      continue;
+    }
+    if (w.term_at && now >= *w.term_at) {
+      spdlog::info("worker {} still running {:.1f} s after its stop: SIGTERM", id,
+                   std::chrono::duration<double>(w.grace).count());
+      Signal(id, w.container, "SIGTERM");
+      w.termed = true;
+      w.term_at.reset();
+      w.kill_at = now + w.grace;
+    } else if (w.kill_at && now >= *w.kill_at) {
+      spdlog::warn("worker {} ignored SIGTERM for {:.1f} s: SIGKILL", id,
+                   std::chrono::duration<double>(w.grace).count());
+      Signal(id, w.container, "SIGKILL");
+      w.kill_at.reset();
+    }
+    ++it;
+  }
+
+  for (const Listed& l : *listed) {
+    if (tracked_containers.count(l.container) != 0) continue;
+    const bool live = l.state == "running" || l.state == "restarting" || l.state == "paused";
+    if (live && !l.worker_id.empty() && workers_.count(l.worker_id) == 0) {
+      workers_[l.worker_id].container = l.container;
+      adopted_.push_back(l.worker_id);
+      spdlog::info("adopted running container {} (worker {}) of pool {}",
+                   ContainerName(l.worker_id), l.worker_id, options_.pool);
+    } else if (!live) {
+      spdlog::info("removing {} container {} of pool {} left by an earlier run", l.state,
+                   l.worker_id.empty() ? l.container.substr(0, 12) : ContainerName(l.worker_id),
+                   options_.pool);
+      Remove(l.container, l.container.substr(0, 12));
+    }
+    // A running container of the pool with no worker id (made by hand) is
+    // left alone.
+  }
+  return exited;
+}
+
+std::vector<std::string> DockerLauncher::TakeAdopted() {
+  std::vector<std::string> out;
+  out.swap(adopted_);
+  return out;
+}
+
+std::vector<std::string> DockerLauncher::Alive() const {
+  std::vector<std::string> ids;
+  ids.reserve(workers_.size());
+  for (const auto& [id, w] : workers_) ids.push_back(id);
+  return ids;
+}
+
+void DockerLauncher::StopAll(Duration grace) {
+  if (workers_.empty()) return;
+  // SIGTERM makes a worker drain: it finishes what it holds and exits 0.
+  for (auto& [id, w] : workers_) {
+    Signal(id, w.container, "SIGTERM");
+    w.termed = true;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  bool killed = false;
+  while (!workers_.empty()) {
+    const auto now = std::chrono::steady_clock::now();
+    for (const Exited& e : Poll(now)) spdlog::info("worker {} exited (status {})", e.id, e.status);
+    if (workers_.empty()) break;
+    if (!killed && now - start >= grace) {
+      for (auto& [id, w] : workers_) {
+        spdlog::warn("worker {} did not drain within {:.1f} s: SIGKILL", id,
+                     std::chrono::duration<double>(grace).count());
+        Signal(id, w.container, "SIGKILL");
+      }
+      killed = true;
+    }
+    if (now - start >= 2 * grace + Seconds(5)) {
+      for (auto& [id, w] : workers_) Remove(w.container, ContainerName(id));
+      spdlog::error("gave up waiting for {} containers; removed them by force", workers_.size());
+      workers_.clear();
+      break;
+    }
+    // Shutdown only: the engine has no event we could wait on cheaply here.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  adopted_.clear();
+}
+
+}  // namespace fleet::autoscaler

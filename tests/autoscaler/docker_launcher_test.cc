@@ -1,0 +1,324 @@
+// DockerLauncher against a fake Docker Engine on a unix socket: the error
+// paths, the container template and the Poll bookkeeping. The happy path
+// against the real engine is in tests/integration/docker_launcher_test.cc.
+#include "autoscaler/docker_launcher.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/http_server.h"
+#include "tests/support/process.h"
+
+namespace fleet::autoscaler {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+using fleet::testing::Reply;
+using fleet::testing::Request;
+using fleet::testing::TestServer;
+
+// A scripted engine: answers by "METHOD target-prefix"; the longest matching
+// prefix wins. Defaults make a healthy engine with image and network.
+class FakeEngine {
+ public:
+  explicit FakeEngine(const std::string& socket)
+      : server_([this](const Request& r) { return Answer(r); }, socket) {
+    Set("GET /_ping", 200, "OK");
+    Set("GET /version", 200, R"({"ApiVersion":"1.41","Version":"20.10.24"})");
+    Set("GET /v1.41/images/", 200, R"({"Id":"sha256:abc"})");
+    Set("GET /v1.41/networks/", 200, R"({"Name":"net"})");
+    Set("GET /v1.41/containers/json", 200, "[]");
+    Set("POST /v1.41/containers/create", 201, R"({"Id":"c1","Warnings":[]})");
+    Set("POST /v1.41/containers/c1/start", 204, "");
+    Set("POST /v1.41/containers/", 204, "");    // kill
+    Set("DELETE /v1.41/containers/", 204, "");  // remove
+  }
+
+  void Set(const std::string& key, int status, const std::string& body) {
+    std::lock_guard<std::mutex> lock(mu_);
+    routes_[key] = {status, body};
+  }
+  std::vector<Request> requests() const { return server_.requests(); }
+  // Requests whose "METHOD target" starts with `prefix`.
+  std::vector<std::string> Matching(const std::string& prefix) const {
+    std::vector<std::string> out;
+    for (const Request& r : server_.requests()) {
+      std::string line = r.method + " " + r.target;
+      if (line.rfind(prefix, 0) == 0) out.push_back(line);
+    }
+    return out;
+  }
+  std::string LastBody(const std::string& prefix) const {
+    std::string body;
+    for (const Request& r : server_.requests()) {
+      if ((r.method + " " + r.target).rfind(prefix, 0) == 0) body = r.body;
+    }
+    return body;
+  }
+
+ private:
+  std::optional<std::string> Answer(const Request& r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string line = r.method + " " + r.target;
+    const std::pair<int, std::string>* best = nullptr;
+    std::size_t best_len = 0;
+    for (const auto& [key, value] : routes_) {
+      if (line.rfind(key, 0) == 0 && key.size() >= best_len) {
+        best = &value;
+        best_len = key.size();
+      }
+    }
+    if (best == nullptr) return Reply(404, R"({"message":"page not found"})");
+    return Reply(best->first, best->second);
+  }
+
+  mutable std::mutex mu_;
+  std::map<std::string, std::pair<int, std::string>> routes_;
+  TestServer server_;  // last: stops before the routes go
+};
+
+class DockerLauncherFakeTest : public ::testing::Test {
+ protected:
+  DockerOptions Options() {
+    DockerOptions o;
+    o.socket_path = socket_;
+    o.image = "fleet:test";
+    o.network = "fleet_internal";
+    o.pool = "p1";
+    o.worker_args = "--broker tcp://broker:5556 --handler 'sleep'";
+    o.env = {"FLEET_LOG_LEVEL=debug"};
+    o.api_timeout = std::chrono::milliseconds(5000);
+    return o;
+  }
+
+  fleet::testing::TempDir dir_;
+  std::string socket_ = dir_.path() + "/docker.sock";
+  FakeEngine engine_{socket_};
+};
+
+std::string ThrownBy(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "(nothing thrown)";
+}
+
+TEST_F(DockerLauncherFakeTest, MissingSocketSaysSo) {
+  DockerOptions o = Options();
+  o.socket_path = dir_.path() + "/absent.sock";
+  std::string msg = ThrownBy([&] { DockerLauncher l(o); });
+  EXPECT_THAT(msg, HasSubstr("no Docker socket at " + o.socket_path));
+  EXPECT_THAT(msg, HasSubstr("mounted"));
+}
+
+TEST_F(DockerLauncherFakeTest, EngineThatDoesNotAnswerSaysSo) {
+  engine_.Set("GET /_ping", 500, R"({"message":"daemon is sick"})");
+  std::string msg = ThrownBy([&] { DockerLauncher l(Options()); });
+  EXPECT_THAT(msg, HasSubstr("does not answer"));
+  EXPECT_THAT(msg, HasSubstr("daemon is sick"));
+}
+
+TEST_F(DockerLauncherFakeTest, OldEngineIsRefused) {
+  engine_.Set("GET /version", 200, R"({"ApiVersion":"1.30"})");
+  EXPECT_THAT(ThrownBy([&] { DockerLauncher l(Options()); }), HasSubstr("speaks API 1.30"));
+}
+
+TEST_F(DockerLauncherFakeTest, MissingImageNamesTheImageAndTheFix) {
+  engine_.Set("GET /v1.41/images/", 404, R"({"message":"No such image: fleet:test"})");
+  std::string msg = ThrownBy([&] { DockerLauncher l(Options()); });
+  EXPECT_THAT(msg, HasSubstr("image fleet:test does not exist"));
+  EXPECT_THAT(msg, HasSubstr("build-images.sh"));
+  EXPECT_EQ(engine_.Matching("GET /v1.41/images/fleet:test/json").size(), 1u);
+}
+
+TEST_F(DockerLauncherFakeTest, MissingNetworkSaysSo) {
+  engine_.Set("GET /v1.41/networks/", 404, R"({"message":"network fleet_internal not found"})");
+  EXPECT_THAT(ThrownBy([&] { DockerLauncher l(Options()); }),
+              HasSubstr("network fleet_internal does not exist"));
+}
+
+TEST_F(DockerLauncherFakeTest, HostNetworkIsNotLookedUp) {
+  DockerOptions o = Options();
+  o.network = "host";
+  engine_.Set("GET /v1.41/networks/", 500, "{}");
+  EXPECT_NO_THROW(DockerLauncher l(o));
+  EXPECT_TRUE(engine_.Matching("GET /v1.41/networks/").empty());
+}
+
+TEST_F(DockerLauncherFakeTest, ContainerTemplateIsLockedDown) {
+  DockerLauncher l(Options());
+  json body = json::parse(l.CreateBody("fleet-as-ab-1"));
+  EXPECT_EQ(body["Image"], "fleet:test");
+  EXPECT_EQ(body["Cmd"][0], "/bin/sh");
+  EXPECT_EQ(body["Cmd"][2],
+            "exec 'fleet-worker' --id 'fleet-as-ab-1' --broker tcp://broker:5556 --handler 'sleep'");
+  EXPECT_EQ(body["Labels"]["fleet.pool"], "p1");
+  EXPECT_EQ(body["Labels"]["fleet.worker-id"], "fleet-as-ab-1");
+  EXPECT_EQ(body["Labels"]["fleet.role"], "worker");
+  EXPECT_EQ(body["Labels"]["fleet.metrics-port"], "9752");
+  EXPECT_THAT(body["Env"].get<std::vector<std::string>>(),
+              ::testing::ElementsAre("FLEET_LOG_LEVEL=debug", "FLEET_METRICS=0.0.0.0:9752"));
+  EXPECT_EQ(body["Healthcheck"]["Test"][0], "NONE");
+  const json& h = body["HostConfig"];
+  EXPECT_EQ(h["Privileged"], false);
+  EXPECT_EQ(h["ReadonlyRootfs"], true);
+  EXPECT_EQ(h["CapDrop"][0], "ALL");
+  EXPECT_EQ(h["SecurityOpt"][0], "no-new-privileges");
+  EXPECT_EQ(h["NetworkMode"], "fleet_internal");
+  EXPECT_EQ(h["Memory"], 512ll << 20);
+  EXPECT_EQ(h["PidsLimit"], 256);
+  EXPECT_EQ(h["RestartPolicy"]["Name"], "no");
+  EXPECT_FALSE(h.contains("Binds"));
+  EXPECT_FALSE(h.contains("Mounts"));
+  EXPECT_EQ(l.ContainerName("fleet-as-ab-1"), "p1-fleet-as-ab-1");
+}
+
+TEST_F(DockerLauncherFakeTest, StartCreatesAndStartsANamedContainer) {
+  DockerLauncher l(Options());
+  std::string err;
+  ASSERT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;
+  EXPECT_EQ(engine_.Matching("POST /v1.41/containers/create?name=p1-w1").size(), 1u);
+  EXPECT_EQ(engine_.Matching("POST /v1.41/containers/c1/start").size(), 1u);
+  EXPECT_THAT(l.Alive(), ::testing::ElementsAre("w1"));
+  EXPECT_FALSE(l.Start("w1", TimePoint{}, &err));
+  EXPECT_THAT(err, HasSubstr("already started"));
+}
+
+TEST_F(DockerLauncherFakeTest, RefusedCreateIsAnErrorAndStartsNothing) {
+  engine_.Set("POST /v1.41/containers/create", 400,
+              R"({"message":"Minimum memory limit allowed is 6MB"})");
+  DockerLauncher l(Options());
+  std::string err;
+  EXPECT_FALSE(l.Start("w1", TimePoint{}, &err));
+  EXPECT_THAT(err, HasSubstr("Minimum memory limit allowed is 6MB"));
+  EXPECT_THAT(err, HasSubstr("HTTP 400"));
+  EXPECT_TRUE(engine_.Matching("POST /v1.41/containers/c1/start").empty());
+  EXPECT_TRUE(l.Alive().empty());
+}
+
+TEST_F(DockerLauncherFakeTest, FailedStartRemovesTheCreatedContainer) {
+  engine_.Set("POST /v1.41/containers/c1/start", 500,
+              R"({"message":"driver failed programming external connectivity"})");
+  DockerLauncher l(Options());
+  std::string err;
+  EXPECT_FALSE(l.Start("w1", TimePoint{}, &err));
+  EXPECT_THAT(err, HasSubstr("driver failed"));
+  EXPECT_EQ(engine_.Matching("DELETE /v1.41/containers/c1?force=true").size(), 1u);
+  EXPECT_TRUE(l.Alive().empty());
+}
+
+std::string ListEntry(const std::string& id, const std::string& state, const std::string& pool,
+                      const std::string& worker) {
+  json labels = {{"fleet.pool", pool}};
+  if (!worker.empty()) labels["fleet.worker-id"] = worker;
+  return json({{"Id", id}, {"State", state}, {"Labels", labels}}).dump();
+}
+
+TEST_F(DockerLauncherFakeTest, PollReapsAdoptsAndCleansOnlyItsPool) {
+  DockerLauncher l(Options());
+  std::string err;
+  ASSERT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;
+  engine_.Set("GET /v1.41/containers/json",
+              200,
+              "[" + ListEntry("c1", "exited", "p1", "w1") + "," +
+                  ListEntry("c2", "running", "p1", "w2") + "," +
+                  ListEntry("c3", "exited", "p1", "w3") + "," +
+                  ListEntry("c4", "exited", "other", "w4") + "," +
+                  ListEntry("c5", "running", "p1", "") + "]");
+  engine_.Set("GET /v1.41/containers/c1/json", 200, R"({"State":{"ExitCode":137}})");
+  std::vector<Exited> exited = l.Poll(TimePoint{});
+  ASSERT_EQ(exited.size(), 1u);
+  EXPECT_EQ(exited[0].id, "w1");
+  EXPECT_EQ(exited[0].status, 137);
+  EXPECT_THAT(l.TakeAdopted(), ::testing::ElementsAre("w2"));
+  EXPECT_TRUE(l.TakeAdopted().empty());
+  EXPECT_THAT(l.Alive(), ::testing::ElementsAre("w2"));
+  EXPECT_EQ(engine_.Matching("DELETE /v1.41/containers/c1?").size(), 1u);
+  EXPECT_EQ(engine_.Matching("DELETE /v1.41/containers/c3?").size(), 1u);
+  // Not ours (another pool, whatever the engine's filter did) or not a
+  // worker of ours: never touched.
+  EXPECT_TRUE(engine_.Matching("DELETE /v1.41/containers/c4").empty());
+  EXPECT_TRUE(engine_.Matching("DELETE /v1.41/containers/c5").empty());
+  EXPECT_TRUE(engine_.Matching("POST /v1.41/containers/c5").empty());
+  EXPECT_TRUE(engine_.Matching("DELETE /v1.41/containers/c2").empty());
+  // The list asked the engine for the pool label only.
+  EXPECT_THAT(engine_.Matching("GET /v1.41/containers/json").back(),
+              HasSubstr("fleet.pool%3Dp1"));
+}
+
+TEST_F(DockerLauncherFakeTest, StopWaitsTheGraceThenTermsThenKills) {
+  DockerLauncher l(Options());
+  std::string err;
+  ASSERT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;
+  engine_.Set("GET /v1.41/containers/json", 200, "[" + ListEntry("c1", "running", "p1", "w1") + "]");
+  const TimePoint t0 = TimePoint{} + Seconds(100);
+  l.Stop("w1", Seconds(5), t0);
+  l.Poll(t0 + Seconds(4));
+  EXPECT_TRUE(engine_.Matching("POST /v1.41/containers/c1/kill").empty());
+  l.Poll(t0 + Seconds(5));
+  EXPECT_THAT(engine_.Matching("POST /v1.41/containers/c1/kill"),
+              ::testing::ElementsAre("POST /v1.41/containers/c1/kill?signal=SIGTERM"));
+  l.CancelStop("w1");  // too late: it was signalled
+  l.Poll(t0 + Seconds(10));
+  EXPECT_THAT(engine_.Matching("POST /v1.41/containers/c1/kill"),
+              ::testing::ElementsAre("POST /v1.41/containers/c1/kill?signal=SIGTERM",
+                                     "POST /v1.41/containers/c1/kill?signal=SIGKILL"));
+}
+
+TEST_F(DockerLauncherFakeTest, CancelledStopSendsNothing) {
+  DockerLauncher l(Options());
+  std::string err;
+  ASSERT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;
+  engine_.Set("GET /v1.41/containers/json", 200, "[" + ListEntry("c1", "running", "p1", "w1") + "]");
+  l.Stop("w1", Seconds(5), TimePoint{});
+  l.CancelStop("w1");
+  l.Poll(TimePoint{} + Seconds(60));
+  EXPECT_TRUE(engine_.Matching("POST /v1.41/containers/c1/kill").empty());
+  EXPECT_THAT(l.Alive(), ::testing::ElementsAre("w1"));
+}
+
+TEST_F(DockerLauncherFakeTest, EngineOutageInPollDecidesNothing) {
+  DockerLauncher l(Options());
+  std::string err;
+  ASSERT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;
+  engine_.Set("GET /v1.41/containers/json", 500, R"({"message":"busy"})");
+  EXPECT_TRUE(l.Poll(TimePoint{}).empty());
+  EXPECT_THAT(l.Alive(), ::testing::ElementsAre("w1"));
+  engine_.Set("GET /v1.41/containers/json", 200, "not json");
+  EXPECT_TRUE(l.Poll(TimePoint{}).empty());
+  EXPECT_THAT(l.Alive(), ::testing::ElementsAre("w1"));
+}
+
+TEST_F(DockerLauncherFakeTest, ContainerRemovedBehindItsBackCountsAsExited) {
+  DockerLauncher l(Options());
+  std::string err;
+  ASSERT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;
+  std::vector<Exited> exited = l.Poll(TimePoint{});  // the list is empty
+  ASSERT_EQ(exited.size(), 1u);
+  EXPECT_EQ(exited[0].id, "w1");
+  EXPECT_TRUE(l.Alive().empty());
+}
+
+TEST(ParseByteSizeTest, UnitsAndGarbage) {
+  EXPECT_EQ(ParseByteSize("0"), 0);
+  EXPECT_EQ(ParseByteSize("4096"), 4096);
+  EXPECT_EQ(ParseByteSize("512m"), 512ll << 20);
+  EXPECT_EQ(ParseByteSize("512MiB"), 512ll << 20);
+  EXPECT_EQ(ParseByteSize("2g"), 2ll << 30);
+  EXPECT_EQ(ParseByteSize("64k"), 64ll << 10);
+  EXPECT_EQ(ParseByteSize(""), std::nullopt);
+  EXPECT_EQ(ParseByteSize("-1"), std::nullopt);
+  EXPECT_EQ(ParseByteSize("12x"), std::nullopt);
+  EXPECT_EQ(ParseByteSize("m"), std::nullopt);
+  EXPECT_EQ(ParseByteSize("99999999999999999999"), std::nullopt);
+  EXPECT_EQ(ParseByteSize("9999999999g"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace fleet::autoscaler

@@ -37,6 +37,14 @@ AutoscalerMetrics::AutoscalerMetrics(const std::string& bind_address)
                      "Workers retired through the broker")),
       retire_refused_(Plain(*registry_, "fleet_autoscaler_retire_refused_total",
                             "retire-if-idle refused by the broker (the worker became busy)")) {
+  // The acting decisions exist at 0 from the start, so increase() and the
+  // dashboard count the first scale-up of a run too.
+  for (const auto& [action, reason] : {std::pair<const char*, const char*>{"scale_up", "demand"},
+                                       {"scale_up", "unretire"},
+                                       {"scale_down", "idle"}}) {
+    decision_series_.emplace(std::make_pair(std::string(action), std::string(reason)),
+                             &decisions_.Add({{"action", action}, {"reason", reason}}));
+  }
   if (!bind_address.empty()) served_ = ServeMetrics(bind_address, registry_);
 }
 

@@ -122,4 +122,15 @@ std::vector<std::pair<std::string, std::size_t>> BatchStore::Depths() const {
   return out;
 }
 
+std::vector<const Batch*> BatchStore::InOrder() const {
+  std::vector<std::pair<BatchSeq, const Batch*>> all;
+  all.reserve(batches_.size());
+  for (const auto& [seq, b] : batches_) all.emplace_back(seq, &b);
+  std::sort(all.begin(), all.end());
+  std::vector<const Batch*> out;
+  out.reserve(all.size());
+  for (const auto& [seq, b] : all) out.push_back(b);
+  return out;
+}
+
 }  // namespace fleet::broker

@@ -59,6 +59,9 @@ class BatchStore {
   // Removes a finished batch, queued or running.
   void Erase(BatchSeq seq);
 
+  // Every batch, queued or running, in the order they were added.
+  std::vector<const Batch*> InOrder() const;
+
   std::size_t queued() const { return queued_; }
   std::size_t size() const { return batches_.size(); }
   std::size_t running() const { return batches_.size() - queued_; }

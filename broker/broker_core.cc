@@ -172,7 +172,8 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
                  "); retry later");
       continue;
     }
-    batches_.Add(item.id, queue, item.payload, identity, now);
+    BatchSeq seq = batches_.Add(item.id, queue, item.payload, identity, now);
+    if (journal_ != nullptr) JournalAccepted(*batches_.Get(seq), *journal_);
     ++counters_.submitted;
     out.accepted.emplace_back(item.id);
   }
@@ -343,6 +344,7 @@ void BrokerCore::Complete(const proto::DoneItem& item, Worker* reporter, TimePoi
     ++counters_.completed_failed;
   }
   Out(b->owner).results.emplace_back(b->id, results_.Put(b->id, std::move(r)));
+  JournalFinished(b->id);
   batches_.Erase(*seq);
 }
 
@@ -352,7 +354,71 @@ void BrokerCore::FinishFailed(BatchSeq seq, std::string error, TimePoint now) {
   Out(b->owner).results.emplace_back(
       b->id, results_.Put(b->id, StoredResult{proto::Outcome::kFailed, b->attempts, "",
                                               std::move(error), now}));
+  JournalFinished(b->id);
   batches_.Erase(seq);
+}
+
+// ---- journal ----
+// Records: kAccepted = u32 id length | id | u32 queue length | queue | payload;
+// kFinished = id.
+
+namespace {
+
+constexpr std::uint8_t kAccepted = 1;
+constexpr std::uint8_t kFinished = 2;
+
+void PutField(std::string& out, std::string_view s) {
+  const auto n = static_cast<std::uint32_t>(s.size());
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  out.append(s);
+}
+
+bool TakeField(std::string_view& in, std::string_view* field) {
+  if (in.size() < 4) return false;
+  const auto* u = reinterpret_cast<const unsigned char*>(in.data());
+  const std::uint32_t n = std::uint32_t(u[0]) | std::uint32_t(u[1]) << 8 |
+                          std::uint32_t(u[2]) << 16 | std::uint32_t(u[3]) << 24;
+  if (in.size() - 4 < n) return false;
+  *field = in.substr(4, n);
+  in.remove_prefix(4 + n);
+  return true;
+}
+
+}  // namespace
+
+void BrokerCore::JournalAccepted(const Batch& b, Journal& journal) const {
+  std::string& body = journal_scratch_;
+  body.clear();
+  PutField(body, b.id);
+  PutField(body, b.queue);
+  body.append(b.payload);
+  journal.Append(kAccepted, body);
+}
+
+void BrokerCore::JournalFinished(std::string_view id) {
+  if (journal_ != nullptr) journal_->Append(kFinished, id);
+}
+
+void BrokerCore::Restore(std::uint8_t type, std::string_view body, TimePoint now) {
+  if (type == kAccepted) {
+    std::string_view id, queue;
+    if (!TakeField(body, &id) || !TakeField(body, &queue) || id.empty()) {
+      throw JournalError("journal: unreadable accepted-batch record");
+    }
+    // A batch can appear twice (a compaction cut short by a crash): once
+    // is enough. Its producer is unknown until it re-sends or fetches.
+    if (!batches_.FindId(id)) {
+      batches_.Add(id, queue.empty() ? std::string_view("default") : queue, body, "", now);
+    }
+  } else if (type == kFinished) {
+    if (auto seq = batches_.FindId(body)) batches_.Erase(*seq);
+  } else {
+    throw JournalError("journal: unknown record type " + std::to_string(type));
+  }
+}
+
+void BrokerCore::Snapshot(Journal& journal) const {
+  for (const Batch* b : batches_.InOrder()) JournalAccepted(*b, journal);
 }
 
 void BrokerCore::Requeue(BatchSeq seq, std::string_view why, TimePoint now) {

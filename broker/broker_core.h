@@ -25,6 +25,7 @@
 #include "broker/blacklist.h"
 #include "broker/broker_options.h"
 #include "broker/counters.h"
+#include "broker/journal.h"
 #include "broker/result_store.h"
 #include "broker/worker_registry.h"
 #include "common/histogram.h"
@@ -97,6 +98,16 @@ class BrokerCore {
   // A message to a producer or control peer could not be sent.
   void OnUndeliverable() { ++counters_.undeliverable; }
 
+  // Durable mode: every accepted batch and every finished one is appended
+  // to `journal` (the loop commits it before it flushes the Outbox, so no
+  // producer hears "accepted" before the batch is on disk). Null: in memory.
+  void SetJournal(Journal* journal) { journal_ = journal; }
+  // Replay of one journal record at start (before SetJournal). Throws
+  // JournalError on a record it cannot read.
+  void Restore(std::uint8_t type, std::string_view body, TimePoint now);
+  // Compaction: the records that bring back every batch not yet finished.
+  void Snapshot(Journal& journal) const;
+
   // True when Pump could dispatch something right now.
   bool CanDispatch() const;
 
@@ -156,6 +167,11 @@ class BrokerCore {
   BucketCounts wait_seconds_{LatencyBuckets()};
   BucketCounts processing_seconds_{LatencyBuckets()};
   Outbox outbox_;
+  void JournalAccepted(const Batch& b, Journal& journal) const;
+  void JournalFinished(std::string_view id);
+
+  Journal* journal_ = nullptr;
+  mutable std::string journal_scratch_;  // reused record buffer
   std::string scratch_;  // reused encode buffer
   std::uint64_t bad_input_logged_ = 0;
 };

@@ -30,6 +30,9 @@ struct BrokerOptions {
   std::size_t max_batch_bytes = 16u << 20;     // one payload; 1..1 GiB
   std::size_t max_message_bytes = 64u << 20;   // one frame; >= max_batch_bytes
   std::size_t max_id_bytes = 256;              // batch, worker, queue ids
+  // Journal directory (--data-dir); empty: in memory only.
+  std::string data_dir;
+  std::uint64_t journal_segment_bytes = 256ull << 20;  // compaction threshold
 };
 
 }  // namespace fleet::broker

@@ -21,8 +21,10 @@ namespace fleet::broker {
 
 class BrokerServer {
  public:
-  // Binds the three endpoints; throws std::runtime_error naming the one that
-  // failed. `clock` must outlive the server.
+  // With options.data_dir, opens and replays the journal first (throws
+  // JournalError when it is damaged); then binds the three endpoints;
+  // throws std::runtime_error naming the one that failed. `clock` must
+  // outlive the server.
   BrokerServer(const BrokerOptions& options, const Clock& clock);
   BrokerServer(const BrokerServer&) = delete;
   BrokerServer& operator=(const BrokerServer&) = delete;
@@ -36,6 +38,8 @@ class BrokerServer {
   const std::string& control_endpoint() const { return control_endpoint_; }
 
   BrokerCore& core() { return core_; }
+  // The journal in durable mode, else null.
+  const Journal* journal() const { return journal_.get(); }
 
   // Metrics refreshed on every housekeeping tick; borrowed, may be null.
   void set_metrics(class BrokerMetrics* metrics) { metrics_ = metrics; }
@@ -51,6 +55,7 @@ class BrokerServer {
   BrokerOptions options_;
   const Clock& clock_;
   BrokerCore core_;
+  std::unique_ptr<Journal> journal_;
   proto::Limits limits_;
   zmq::context_t context_;
   zmq::socket_t frontend_;

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   std::string metrics = "0.0.0.0:9750";
   double blacklist_ttl_s = 120, heartbeat_ms = 1000, retention_s = 300, retire_linger_ms = 1000;
+  int journal_segment_mb = 256;
 
   CLI::App app("fleet-broker: queues batches from producers and dispatches them to "
                "workers on credit");
@@ -57,6 +58,12 @@ int main(int argc, char** argv) {
   app.add_option("--metrics", metrics,
                  "address:port for Prometheus /metrics (\"\" turns it off; port 0 picks one)")
       ->capture_default_str();
+  app.add_option("--data-dir", o.data_dir,
+                 "keep accepted batches in an append-only journal here (fsync before "
+                 "\"accepted\"); replayed on start. Empty: in memory only");
+  app.add_option("--journal-segment-mb", journal_segment_mb,
+                 "--data-dir: compact the journal when its segment passes this size")
+      ->capture_default_str()->check(CLI::Range(1, 16384));
   app.add_option("--ready-file", o.ready_file,
                  "write the bound endpoints (key=value lines) to this file once listening");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
@@ -76,9 +83,19 @@ int main(int argc, char** argv) {
         std::chrono::duration<double, std::milli>(retire_linger_ms));
     o.result_retention = std::chrono::duration_cast<Duration>(
         std::chrono::duration<double>(retention_s));
+    o.journal_segment_bytes = static_cast<std::uint64_t>(journal_segment_mb) << 20;
     InstallStopSignals();
     SteadyClock clock;
     broker::BrokerServer server(o, clock);
+    std::string durability = "in-memory queue (accepted batches are lost if the broker "
+                             "stops; --data-dir keeps them)";
+    if (const broker::Journal* j = server.journal()) {
+      durability = fmt::format(
+          "durable queue in {} (replayed {} records from {} segments: {} unfinished batches "
+          "back in their queues)",
+          o.data_dir, j->stats().records_replayed, j->stats().segments_replayed,
+          server.core().batches().size());
+    }
     std::shared_ptr<prometheus::Registry> registry;
     std::unique_ptr<broker::BrokerMetrics> metrics_state;
     MetricsServer served;
@@ -95,14 +112,17 @@ int main(int argc, char** argv) {
     if (!o.ready_file.empty()) broker::WriteReadyFile(o.ready_file, server);
     spdlog::info(
         "listening: frontend {} backend {} control {} metrics {}; max-queue {} max-attempts {} "
-        "blacklist-ttl {} s; in-memory queue (batches do not survive a broker restart)",
+        "blacklist-ttl {} s; {}",
         server.frontend_endpoint(), server.backend_endpoint(), server.control_endpoint(),
-        metrics_url, o.max_queue, o.max_attempts, blacklist_ttl_s);
+        metrics_url, o.max_queue, o.max_attempts, blacklist_ttl_s, durability);
     server.Run([] { return StopRequested(); });
     const auto& b = server.core().batches();
-    spdlog::info("stopping on signal {}: {} batches queued and {} in flight are dropped "
-                 "(producers re-submit them); submitted {} completed {}",
-                 StopSignal(), b.queued(), b.running(), server.core().counters().submitted,
+    spdlog::info("stopping on signal {}: {} batches queued and {} in flight {}; submitted {} "
+                 "completed {}",
+                 StopSignal(), b.queued(), b.running(),
+                 server.journal() != nullptr ? "stay in the journal for the next start"
+                                             : "are dropped (producers re-submit them)",
+                 server.core().counters().submitted,
                  server.core().counters().completed_ok +
                      server.core().counters().completed_failed);
     return 0;

@@ -18,7 +18,11 @@ configure: deps $(BUILD_DIR)/build.ninja
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-test: build
+# The container images build in the background meanwhile (downloads overlap
+# the compile); the docker tests' fixture waits for that build.
+test: deps
+	@bash docker/build-images.sh --background $(abspath $(BUILD_DIR))/docker-images.log
+	@$(MAKE) --no-print-directory build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
 
 demo: build

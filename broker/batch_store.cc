@@ -42,6 +42,7 @@ BatchSeq BatchStore::Add(std::string_view id, std::string_view queue,
   q.items.push_back(seq);
   ++q.depth;
   ++queued_;
+  bytes_ += payload.size();
   return seq;
 }
 
@@ -105,6 +106,7 @@ void BatchStore::Erase(BatchSeq seq) {
     --QueueFor(it->second.queue).depth;
     --queued_;
   }
+  bytes_ -= it->second.payload.size();
   by_id_.erase(it->second.id);
   batches_.erase(it);
 }

@@ -63,6 +63,8 @@ class BatchStore {
   std::vector<const Batch*> InOrder() const;
 
   std::size_t queued() const { return queued_; }
+  // Payload bytes of every batch held, queued or running.
+  std::size_t bytes() const { return bytes_; }
   std::size_t size() const { return batches_.size(); }
   std::size_t running() const { return batches_.size() - queued_; }
   std::size_t Depth(std::string_view queue) const;
@@ -87,6 +89,7 @@ class BatchStore {
   std::size_t next_queue_ = 0;
   BatchSeq next_seq_ = 1;
   std::size_t queued_ = 0;
+  std::size_t bytes_ = 0;
 };
 
 }  // namespace fleet::broker

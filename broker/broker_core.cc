@@ -172,6 +172,14 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
                  "); retry later");
       continue;
     }
+    if (batches_.bytes() + item.payload.size() > options_.max_queue_bytes) {
+      ++counters_.rejected_queue_full;
+      Reject(identity, item.id, ErrorCode::kQueueFull,
+             "queue full: " + std::to_string(batches_.bytes()) +
+                 " payload bytes held (--max-queue-bytes " +
+                 std::to_string(options_.max_queue_bytes) + "); retry later");
+      continue;
+    }
     BatchSeq seq = batches_.Add(item.id, queue, item.payload, identity, now);
     if (journal_ != nullptr) JournalAccepted(*batches_.Get(seq), *journal_);
     ++counters_.submitted;

@@ -20,6 +20,10 @@ BrokerMetrics::BrokerMetrics(prometheus::Registry& r)
       inflight_(BuildGauge().Name("fleet_batches_inflight")
                     .Help("Batches dispatched to a worker and not yet reported").Register(r)
                     .Add({})),
+      held_bytes_(BuildGauge().Name("fleet_batches_held_bytes")
+                      .Help("Payload bytes of the batches held, queued and running "
+                            "(capped by --max-queue-bytes)").Register(r)
+                    .Add({})),
       workers_(BuildGauge().Name("fleet_workers")
                    .Help("Connected workers by state (idle, busy, retiring)").Register(r)),
       worker_idle_(BuildGauge().Name("fleet_worker_idle_seconds")
@@ -114,6 +118,7 @@ void BrokerMetrics::Update(BrokerCore& core, TimePoint now) {
     it->second->Set(static_cast<double>(depth));
   }
   inflight_.Set(static_cast<double>(batches.running()));
+  held_bytes_.Set(static_cast<double>(batches.bytes()));
   auto by_state = core.workers().CountByState();
   for (int i = 0; i < 3; ++i) workers_by_state_[i]->Set(static_cast<double>(by_state[i]));
 

@@ -42,6 +42,7 @@ class BrokerMetrics {
 
   prometheus::Family<prometheus::Gauge>& queue_depth_;
   prometheus::Gauge& inflight_;
+  prometheus::Gauge& held_bytes_;
   prometheus::Family<prometheus::Gauge>& workers_;
   prometheus::Gauge* workers_by_state_[3];
   prometheus::Family<prometheus::Gauge>& worker_idle_;

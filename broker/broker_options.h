@@ -17,6 +17,8 @@ struct BrokerOptions {
   std::string ready_file;  // if set: resolved endpoints written here once bound
 
   std::size_t max_queue = 100000;  // batches waiting, all queues; 1..1e8
+  // Payload bytes held (queued + running), all queues; past it "queue full".
+  std::size_t max_queue_bytes = std::size_t{1} << 30;
   std::uint32_t max_attempts = 5;  // dispatches before dead-lettering; 1..100
   Duration blacklist_ttl = std::chrono::seconds(120);  // 0..1 day
   // A retired worker that holds nothing is told to stop this long after its

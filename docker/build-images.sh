@@ -18,6 +18,8 @@ Builds the fleet image and the local Prometheus image (both by default).
   --pull         try a registry for debian:bookworm-slim before building it
                  with debootstrap (FLEET_BASE_PULL=1)
   --no-pull      never try a registry (the default)
+  --background LOG  start the build detached, output to LOG, and return
+                   (make test does this before it compiles)
   -v, --verbose  show the docker build output as it happens
   -h, --help     this text
 
@@ -32,6 +34,7 @@ die() { log "error: $*"; exit 1; }
 want_fleet=0
 want_prometheus=0
 verbose=0
+background_log=""
 base_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -39,6 +42,9 @@ while [ $# -gt 0 ]; do
     --prometheus) want_prometheus=1 ;;
     --no-pull) base_args+=(--no-pull) ;;
     --pull) base_args+=(--pull) ;;
+    --background)
+      [ $# -ge 2 ] || die "--background needs a log file"
+      background_log=$2; shift ;;
     -v|--verbose) verbose=1 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; die "unknown argument: $1" ;;
@@ -52,6 +58,29 @@ fi
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+
+if [ -n "$background_log" ]; then
+  # `make test` starts the build here while it compiles the programs, so the
+  # downloads overlap the compile; the tests' own run then waits on the lock
+  # below and finds everything cached. No engine: nothing to start.
+  docker version >/dev/null 2>&1 || exit 0
+  mkdir -p "$(dirname "$background_log")"
+  args=()
+  [ "$want_fleet" = 1 ] && args+=(--fleet)
+  [ "$want_prometheus" = 1 ] && args+=(--prometheus)
+  nohup bash "$ROOT/docker/build-images.sh" "${args[@]}" "${base_args[@]+"${base_args[@]}"}" \
+    >"$background_log" 2>&1 </dev/null &
+  log "building the images in the background (log: $background_log)"
+  exit 0
+fi
+
+# One build at a time on this engine (the tags are shared): a second run
+# waits for the first, then finds the layers cached.
+exec 9>"${TMPDIR:-/tmp}/fleet-build-images.lock"
+if ! flock -n 9; then
+  log "another build of the images is running; waiting for it"
+  flock 9
+fi
 FLEET_IMAGE=${FLEET_IMAGE:-fleet:latest}
 PROMETHEUS_IMAGE=${FLEET_PROMETHEUS_LOCAL_IMAGE:-fleet-prometheus:local}
 

@@ -220,6 +220,26 @@ TEST_F(BrokerCoreTest, QueueFullIsRejectedNotDropped) {
   EXPECT_EQ(core_->counters().rejected_queue_full, 1u);
 }
 
+TEST_F(BrokerCoreTest, QueueBytesCapRejectsUntilRunningBatchesFinish) {
+  BrokerOptions o;
+  o.max_queue_bytes = 20;  // "payload-a" is 9 bytes: two fit
+  Reset(o);
+  Hello("W1", "w1", 1);
+  Submit("P", {"a", "b", "c"});
+  PumpAndFlush();
+  EXPECT_EQ(accepted_["P"], (std::vector<std::string>{"a", "b"}));
+  ASSERT_EQ(rejected_["P"].size(), 1u);
+  EXPECT_EQ(rejected_["P"][0], ErrorCode::kQueueFull);
+  EXPECT_EQ(core_->batches().bytes(), 18u);  // running "a" still counts
+  Done("W1", "a");
+  PumpAndFlush();
+  EXPECT_EQ(core_->batches().bytes(), 9u);
+  Submit("P", {"c"});
+  PumpAndFlush();
+  EXPECT_EQ(accepted_["P"].back(), "c");
+  EXPECT_EQ(core_->counters().rejected_queue_full, 1u);
+}
+
 TEST_F(BrokerCoreTest, OversizedAndEmptyIdBatchesAreRejectedAlone) {
   BrokerOptions o;
   o.max_batch_bytes = 4;

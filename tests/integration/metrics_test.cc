@@ -32,6 +32,7 @@ TEST(MetricsTest, BrokerServesEveryDesignMetricAndDropsSeriesOfWorkersThatLeave)
   })) << page;
   for (const char* name :
        {"fleet_queue_depth{queue=\"default\"} 0", "fleet_batches_inflight 0",
+        "fleet_batches_held_bytes 0",
         "fleet_workers{state=\"idle\"} 2", "fleet_workers{state=\"busy\"} 0",
         "fleet_workers{state=\"retiring\"} 0", "fleet_worker_idle_seconds{worker=\"m1\"}",
         "fleet_worker_idle_seconds{worker=\"m2\"}", "fleet_blacklisted_workers 0",

@@ -404,7 +404,8 @@ void BrokerCore::JournalAccepted(const Batch& b, Journal& journal) const {
 }
 
 void BrokerCore::JournalFinished(std::string_view id) {
-  if (journal_ != nullptr) journal_->Append(kFinished, id);
+  // Not synced on its own: lost in a crash, the batch only runs again.
+  if (journal_ != nullptr) journal_->Append(kFinished, id, /*must_sync=*/false);
 }
 
 void BrokerCore::Restore(std::uint8_t type, std::string_view body, TimePoint now) {

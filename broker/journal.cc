@@ -77,6 +77,7 @@ Journal::Journal(JournalOptions options) : options_(std::move(options)) {}
 Journal::~Journal() {
   if (fd_ >= 0) {
     try {
+      sync_due_ = true;
       Commit();
     } catch (const JournalError& e) {
       spdlog::error("{}", e.what());
@@ -217,7 +218,8 @@ void Journal::OpenSegment(std::uint64_t number) {
   SyncDir();
 }
 
-void Journal::Append(std::uint8_t type, std::string_view body) {
+void Journal::Append(std::uint8_t type, std::string_view body, bool must_sync) {
+  sync_due_ = sync_due_ || must_sync;
   if (body.size() > kMaxRecordBytes) throw JournalError("journal: record too large");
   const char t = static_cast<char>(type);
   PutLe32(buffer_, static_cast<std::uint32_t>(body.size()));
@@ -236,9 +238,13 @@ bool Journal::Commit() {
     if (n < 0) throw JournalError(Errno("journal: write " + SegmentPath(active_number_)));
     done += static_cast<std::size_t>(n);
   }
-  if (options_.sync && ::fdatasync(fd_) != 0) {
-    throw JournalError(Errno("journal: fdatasync " + SegmentPath(active_number_)));
+  if (options_.sync && sync_due_) {
+    if (::fdatasync(fd_) != 0) {
+      throw JournalError(Errno("journal: fdatasync " + SegmentPath(active_number_)));
+    }
+    ++stats_.syncs;
   }
+  sync_due_ = false;
   active_bytes_ += buffer_.size();
   stats_.bytes_written += buffer_.size();
   ++stats_.commits;
@@ -247,10 +253,12 @@ bool Journal::Commit() {
 }
 
 void Journal::Compact(const std::function<void(Journal&)>& snapshot) {
+  sync_due_ = true;
   Commit();
   std::vector<std::uint64_t> old = segments_;
   OpenSegment(active_number_ + 1);
   snapshot(*this);
+  sync_due_ = true;  // even an empty snapshot: the deletions follow
   Commit();
   // Only now, with the snapshot on disk, may the old segments go.
   for (std::uint64_t n : old) {

@@ -54,6 +54,7 @@ struct JournalStats {
   std::uint64_t segments_replayed = 0;
   std::uint64_t torn_bytes_truncated = 0;
   std::uint64_t commits = 0;
+  std::uint64_t syncs = 0;
   std::uint64_t records_appended = 0;
   std::uint64_t bytes_written = 0;
   std::uint64_t compactions = 0;
@@ -75,10 +76,14 @@ class Journal {
   Journal& operator=(const Journal&) = delete;
 
   // Buffers one record. Requires: body.size() <= kMaxRecordBytes.
-  void Append(std::uint8_t type, std::string_view body);
-  // Writes and syncs what was appended; true when there was something.
-  // Throws JournalError when the disk refuses (the broker must not
-  // acknowledge then).
+  // `must_sync`: the next Commit syncs (an acknowledgement waits for this
+  // record). Records without it are written by Commit but synced only with
+  // the next one that must be (or by the OS): losing them in a crash must be
+  // harmless (the broker's "finished" records: the batch runs again).
+  void Append(std::uint8_t type, std::string_view body, bool must_sync = true);
+  // Writes what was appended, and fdatasyncs when a must_sync record is
+  // among it; true when there was something. Throws JournalError when the
+  // disk refuses (the broker must not acknowledge then).
   bool Commit();
   bool pending() const { return !buffer_.empty(); }
 
@@ -105,6 +110,7 @@ class Journal {
   std::uint64_t active_number_ = 0;
   std::uint64_t active_bytes_ = 0;
   std::string buffer_;
+  bool sync_due_ = false;
   JournalStats stats_;
 };
 

@@ -174,6 +174,21 @@ TEST_F(JournalTest, CompactionKeepsOnlyTheSnapshotAndDropsOldSegments) {
                                                 Record{2, "done 98"}));
 }
 
+TEST_F(JournalTest, OnlyRecordsThatMustSyncCostAnFdatasync) {
+  std::unique_ptr<Journal> j;
+  Replay(Options(), &j);
+  j->Append(2, "finished a", /*must_sync=*/false);
+  EXPECT_TRUE(j->Commit());
+  EXPECT_EQ(j->stats().syncs, 0u);
+  j->Append(2, "finished b", false);
+  j->Append(1, "accepted c");  // an ack waits for this one
+  EXPECT_TRUE(j->Commit());
+  EXPECT_EQ(j->stats().syncs, 1u);
+  EXPECT_EQ(j->stats().commits, 2u);
+  j.reset();
+  EXPECT_EQ(Replay(Options()).size(), 3u);  // written all the same
+}
+
 TEST_F(JournalTest, RunsThatWroteNothingLeaveNoSegment) {
   for (int i = 0; i < 5; ++i) Replay(Options());
   EXPECT_EQ(Segments(Options().dir).size(), 1u);

@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test demo clean format
+.PHONY: all deps configure build test demo clean format fuzz
 
 all: build
 
@@ -27,6 +27,11 @@ test: deps
 
 demo: build
 	@bash scripts/demo.sh $(BUILD_DIR)/bin
+
+# libFuzzer targets of every decoder (clang, ASan+UBSan), FUZZ_SECONDS each.
+FUZZ_SECONDS ?= 60
+fuzz:
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/run.sh
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -3,6 +3,7 @@
 #include <msgpack.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <new>
 #include <type_traits>
 
@@ -28,6 +29,20 @@ void PackBin(Packer& p, std::string_view s) {
   p.pack_bin_body(s.data(), static_cast<std::uint32_t>(s.size()));
 }
 
+// msgpack-c's pack_double writes an integral value as an integer, testing
+// that with a cast to uint64_t that is undefined behaviour for exactly 2^64
+// (UBSan, found by fuzz_protocol). That one value goes out as a float64 here.
+void PackDouble(Packer& p, std::string* out, double d) {
+  if (d != 18446744073709551616.0) {
+    p.pack_double(d);
+    return;
+  }
+  std::uint64_t bits;
+  std::memcpy(&bits, &d, sizeof bits);
+  out->push_back(static_cast<char>(0xcb));
+  for (int shift = 56; shift >= 0; shift -= 8) out->push_back(static_cast<char>(bits >> shift));
+}
+
 void PackHeader(Packer& p, Command command, std::uint32_t fields) {
   p.pack_array(2 + fields);
   p.pack_uint32(kVersion);
@@ -41,6 +56,7 @@ void PackStrList(Packer& p, const std::vector<std::string_view>& items) {
 
 struct EncodeVisitor {
   Packer& p;
+  std::string* out;  // p's sink: PackDouble appends to it directly
 
   void operator()(const Submit& m) {
     PackHeader(p, Command::kSubmit, 1);
@@ -148,7 +164,7 @@ struct EncodeVisitor {
       PackStr(p, w.state);
       p.pack_uint32(w.concurrency);
       p.pack_uint32(w.held);
-      p.pack_double(w.idle_seconds);
+      PackDouble(p, out, w.idle_seconds);
       p.pack_uint64(w.processed);
       p.pack_uint64(w.failed);
     }
@@ -164,7 +180,7 @@ struct EncodeVisitor {
     p.pack_map(static_cast<std::uint32_t>(m.values.size()));
     for (const auto& [name, value] : m.values) {
       PackStr(p, name);
-      p.pack_double(value);
+      PackDouble(p, out, value);
     }
   }
   void operator()(const Error& m) {
@@ -561,7 +577,7 @@ void EncodeTo(const Message& message, std::string* out) {
   out->clear();
   StringSink sink{out};
   Packer packer(sink);
-  std::visit(EncodeVisitor{packer}, message);
+  std::visit(EncodeVisitor{packer, out}, message);
 }
 
 Decoded Decode(const void* data, std::size_t size, const Limits& limits) {

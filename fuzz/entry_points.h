@@ -1,0 +1,43 @@
+// The fuzzing entry points for fleet's decoders, shared by the libFuzzer
+// targets (fuzz/fuzz_*.cc, built with clang by fuzz/CMakeLists.txt) and the
+// corpus regression test (tests/common/fuzz_corpus_test.cc, built with the
+// normal test suite), so a crash input added to fuzz/corpus/ stays checked
+// without clang.
+//
+// Each function feeds one input to a decoder exactly as the processes do
+// (same function, same limits) and checks cheap invariants on what comes
+// back. It returns an empty string when every invariant held, else a
+// description of the first one broken. A crash, a sanitizer report or an
+// exception escaping is a failure too: the decoders are documented never to
+// throw, so nothing is caught here.
+//
+// Thread-safe: no shared state.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace fleet::fuzz {
+
+// proto::Decode with the limits of every caller (the worker, producer and
+// control client's defaults; the broker's, derived from its default
+// options) and with tight limits. For a decoded message: fields within the
+// limits, byte fields borrowed from the input, decode(encode(m)) gives m back
+// (compared by a second encoding), and a message accepted under tighter
+// limits is accepted, unchanged, under looser ones.
+std::string FuzzProtocol(const std::uint8_t* data, std::size_t size);
+
+// prom::ParsePromText with the autoscaler's (default) limits, and with tight
+// ones. Checks the counters and limits, the name index, the query methods
+// against a linear scan, and that writing the samples and families back out
+// as exposition text and parsing that gives the same page.
+std::string FuzzPromText(const std::uint8_t* data, std::size_t size);
+
+// prom::ParseQueryResponse with the autoscaler's (default) limits. Checks
+// ok() against the documented shapes (vector or scalar, a scalar is one
+// unlabelled sample) and that writing a successful result back out as an
+// API response and parsing it again gives the same result.
+std::string FuzzPromApi(const std::uint8_t* data, std::size_t size);
+
+}  // namespace fleet::fuzz

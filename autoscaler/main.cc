@@ -9,6 +9,7 @@
 #include "autoscaler/command_launcher.h"
 #include "autoscaler/docker_launcher.h"
 #include "autoscaler/process_launcher.h"
+#include "common/curve.h"
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/signals.h"
@@ -132,6 +133,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
+  std::string curve_server_key, curve_key;
+  AddCurveClientFlags(app, &curve_server_key, &curve_key);
   if (int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
 
   try {
@@ -177,6 +180,7 @@ int main(int argc, char** argv) {
     zmq::context_t context(1);
     client::ControlClient::Options co;
     co.endpoint = control;
+    co.socket.curve = LoadCurveClient(curve_server_key, curve_key);
     client::ControlClient ctl(context, co);
     AutoscalerMetrics m(metrics);
     std::string tag = RandomTag();

@@ -32,6 +32,12 @@ struct BrokerOptions {
   std::size_t max_batch_bytes = 16u << 20;     // one payload; 1..1 GiB
   std::size_t max_message_bytes = 64u << 20;   // one frame; >= max_batch_bytes
   std::size_t max_id_bytes = 256;              // batch, worker, queue ids
+  // CURVE: the broker's key pair file and the allowlists of client public
+  // keys per endpoint. All empty: plain TCP (anyone who reaches a port).
+  std::string curve_secret_key_file;
+  std::string curve_producers_file;
+  std::string curve_workers_file;
+  std::string curve_control_file;
   // Journal directory (--data-dir); empty: in memory only.
   std::string data_dir;
   std::uint64_t journal_segment_bytes = 256ull << 20;  // compaction threshold

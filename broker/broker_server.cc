@@ -75,9 +75,45 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
   for (zmq::socket_t* s : {&frontend_, &backend_, &control_}) {
     ApplySocketOptions(*s, sl, /*router=*/true);
   }
+  const bool curve = !options.curve_secret_key_file.empty();
+  if (curve) {
+    if (options.curve_producers_file.empty() || options.curve_workers_file.empty() ||
+        options.curve_control_file.empty()) {
+      throw std::invalid_argument(
+          "--curve-secret-key needs an allowlist for each endpoint: --curve-producers, "
+          "--curve-workers and --curve-control (files of public keys; an empty file lets "
+          "nobody in)");
+    }
+    curve_keys_ = ReadKeyFile(options.curve_secret_key_file, /*need_secret=*/true);
+    // The role of a client is the endpoint whose allowlist has its key: a
+    // worker key cannot submit, a producer key cannot pull work or retire.
+    zap_ = std::make_unique<ZapHandler>(
+        context_, std::map<std::string, std::set<std::string>>{
+                      {"producers", ReadAllowlist(options.curve_producers_file)},
+                      {"workers", ReadAllowlist(options.curve_workers_file)},
+                      {"control", ReadAllowlist(options.curve_control_file)}});
+    ApplyCurveServer(frontend_, curve_keys_, "producers");
+    ApplyCurveServer(backend_, curve_keys_, "workers");
+    ApplyCurveServer(control_, curve_keys_, "control");
+  } else if (!options.curve_producers_file.empty() || !options.curve_workers_file.empty() ||
+             !options.curve_control_file.empty()) {
+    throw std::invalid_argument("the --curve-* allowlists need --curve-secret-key");
+  }
   frontend_endpoint_ = BindSocket(frontend_, options.frontend);
   backend_endpoint_ = BindSocket(backend_, options.backend);
   control_endpoint_ = BindSocket(control_, options.control);
+  if (curve) {
+    // libzmq lets every key in when no ZAP handler answers: prove ours does,
+    // on each endpoint, with a real handshake from a key nobody listed.
+    for (const std::string* ep : {&frontend_endpoint_, &backend_endpoint_, &control_endpoint_}) {
+      std::string detail;
+      if (!VerifyUnknownKeyRefused(context_, *ep, curve_keys_.public_key,
+                                   std::chrono::milliseconds(5000), &detail)) {
+        throw std::runtime_error("CURVE self-check failed on " + *ep + ": " + detail +
+                                 "; refusing to start unauthenticated");
+      }
+    }
+  }
 }
 
 zmq::socket_t& BrokerServer::SocketFor(Socket which) {

@@ -16,6 +16,7 @@
 #include "broker/broker_options.h"
 #include "common/clock.h"
 #include "common/codec.h"
+#include "common/curve.h"
 
 namespace fleet::broker {
 
@@ -40,6 +41,10 @@ class BrokerServer {
   BrokerCore& core() { return core_; }
   // The journal in durable mode, else null.
   const Journal* journal() const { return journal_.get(); }
+  // With CURVE: the ZAP handler (counts of clients let in and refused).
+  const ZapHandler* zap() const { return zap_.get(); }
+  // The broker's public key (Z85) with CURVE, else empty.
+  const std::string& curve_public_key() const { return curve_keys_.public_key; }
 
   // Metrics refreshed on every housekeeping tick; borrowed, may be null.
   void set_metrics(class BrokerMetrics* metrics) { metrics_ = metrics; }
@@ -68,6 +73,8 @@ class BrokerServer {
   std::string scratch_;                 // reused encode buffer
   class BrokerMetrics* metrics_ = nullptr;
   std::vector<std::string> ready_lines_;
+  CurveKeyPair curve_keys_;
+  std::unique_ptr<ZapHandler> zap_;  // last: stops before the sockets close
 };
 
 // Writes the resolved endpoints as key=value lines (atomically: temp file,

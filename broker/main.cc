@@ -61,6 +61,15 @@ int main(int argc, char** argv) {
   app.add_option("--metrics", metrics,
                  "address:port for Prometheus /metrics (\"\" turns it off; port 0 picks one)")
       ->capture_default_str();
+  app.add_option("--curve-secret-key", o.curve_secret_key_file,
+                 "CURVE on all three endpoints with this key pair file (fleet-ctl keygen); "
+                 "needs the three allowlists");
+  app.add_option("--curve-producers", o.curve_producers_file,
+                 "CURVE: public keys allowed on the frontend (one per line)");
+  app.add_option("--curve-workers", o.curve_workers_file,
+                 "CURVE: public keys allowed on the backend");
+  app.add_option("--curve-control", o.curve_control_file,
+                 "CURVE: public keys allowed on the control endpoint");
   app.add_option("--data-dir", o.data_dir,
                  "keep accepted batches in an append-only journal here (fsync before "
                  "\"accepted\"); replayed on start. Empty: in memory only");
@@ -115,9 +124,14 @@ int main(int argc, char** argv) {
     if (!o.ready_file.empty()) broker::WriteReadyFile(o.ready_file, server);
     spdlog::info(
         "listening: frontend {} backend {} control {} metrics {}; max-queue {} max-attempts {} "
-        "blacklist-ttl {} s; {}",
+        "blacklist-ttl {} s; {}; {}",
         server.frontend_endpoint(), server.backend_endpoint(), server.control_endpoint(),
-        metrics_url, o.max_queue, o.max_attempts, blacklist_ttl_s, durability);
+        metrics_url, o.max_queue, o.max_attempts, blacklist_ttl_s, durability,
+        server.curve_public_key().empty()
+            ? std::string("no authentication (anyone who reaches the ports gets in; "
+                          "--curve-secret-key turns CURVE on)")
+            : "CURVE with allowlists, server key " + server.curve_public_key() +
+                  " (an unknown key was refused on every endpoint)");
     server.Run([] { return StopRequested(); });
     const auto& b = server.core().batches();
     spdlog::info("stopping on signal {}: {} batches queued and {} in flight {}; submitted {} "

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "client/control_client.h"
+#include "common/curve.h"
 #include "common/flags.h"
 #include "common/log.h"
 
@@ -30,6 +31,8 @@ struct Config {
   std::string log_level = "warn";
   std::string worker_id;
   bool if_idle = false;
+  std::string curve_server_key, curve_key;
+  std::string keygen_name;
 };
 
 std::string Str(std::string_view s) { return std::string(s); }
@@ -194,8 +197,26 @@ int main(int argc, char** argv) {
   CLI::App* unretire =
       app.add_subcommand("unretire", "take back a retiring worker");
   unretire->add_option("id", config.worker_id, "worker id")->required();
+  CLI::App* keygen = app.add_subcommand(
+      "keygen", "write a CURVE key pair: NAME.key (secret, mode 0600) and NAME.pub");
+  keygen->add_option("name", config.keygen_name, "path and name of the files, e.g. keys/worker")
+      ->required();
+  fleet::AddCurveClientFlags(app, &config.curve_server_key, &config.curve_key);
   int rc = fleet::ParseFlags(app, argc, argv);
   if (rc >= 0) return rc == 0 ? 0 : 2;
+
+  if (keygen->parsed()) {
+    try {
+      fleet::CurveKeyPair keys = fleet::GenerateKeyPair();
+      fleet::WriteKeyPair(config.keygen_name, keys);
+      std::cout << "wrote " << config.keygen_name << ".key (secret) and " << config.keygen_name
+                << ".pub (public " << keys.public_key << ")\n";
+      return 0;
+    } catch (const std::exception& e) {
+      std::cerr << "fleet-ctl keygen: " << e.what() << '\n';
+      return 2;
+    }
+  }
 
   std::string op;
   std::vector<std::string_view> args;
@@ -211,6 +232,7 @@ int main(int argc, char** argv) {
     ControlClient::Options options;
     options.endpoint = config.control;
     options.socket.linger_ms = 0;  // a request nobody took is not worth a wait
+    options.socket.curve = fleet::LoadCurveClient(config.curve_server_key, config.curve_key);
     ControlClient client(context, options);
     proto::Control request;
     request.op = op;

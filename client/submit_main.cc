@@ -17,6 +17,7 @@
 #include "client/producer.h"
 #include "client/submit_output.h"
 #include "common/clock.h"
+#include "common/curve.h"
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/signals.h"
@@ -39,6 +40,7 @@ struct Config {
   double timeout_seconds = 0;
   double resend_after_seconds = 10;
   std::string log_level = "info";
+  std::string curve_server_key, curve_key;
 };
 
 // Where payloads come from: --input lines, or --count copies of --payload or
@@ -117,6 +119,7 @@ int Run(const Config& config) {
   Producer::Options options;
   options.endpoint = config.broker;
   options.max_in_flight = config.inflight;
+  options.socket.curve = fleet::LoadCurveClient(config.curve_server_key, config.curve_key);
   options.resend_after = std::chrono::duration_cast<fleet::Duration>(
       std::chrono::duration<double>(config.resend_after_seconds));
   std::unique_ptr<Producer> producer;
@@ -236,6 +239,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", config.log_level,
                  "trace, debug, info, warn, error, off")
       ->capture_default_str();
+  fleet::AddCurveClientFlags(app, &config.curve_server_key, &config.curve_key);
   int rc = fleet::ParseFlags(app, argc, argv);
   if (rc >= 0) return rc == 0 ? 0 : 2;
   try {

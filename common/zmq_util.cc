@@ -12,6 +12,7 @@ void ApplySocketOptions(zmq::socket_t& socket, const SocketLimits& limits,
   socket.set(zmq::sockopt::rcvhwm, limits.rcvhwm);
   socket.set(zmq::sockopt::linger, limits.linger_ms);
   if (router) socket.set(zmq::sockopt::router_mandatory, 1);
+  if (!router) ApplyCurveClient(socket, limits.curve);
 }
 
 std::string BindSocket(zmq::socket_t& socket, const std::string& endpoint) {

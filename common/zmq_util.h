@@ -5,6 +5,8 @@
 
 #include <zmq.hpp>
 
+#include "common/curve.h"
+
 #include <chrono>
 #include <string>
 #include <string_view>
@@ -17,6 +19,7 @@ struct SocketLimits {
   int sndhwm = 10000;                         // messages per peer
   int rcvhwm = 10000;
   int linger_ms = 1000;                       // bounded: never hang on exit
+  CurveClient curve;  // client sockets: CURVE keys when enabled, else plain
 };
 
 // Applies limits and linger; for ROUTERs also ZMQ_ROUTER_MANDATORY, so a send

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "common/curve.h"
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/signals.h"
@@ -66,6 +67,8 @@ int main(int argc, char** argv) {
                  "heartbeat interval until the broker's WELCOME sets one")
       ->check(CLI::Range(10, 3'600'000))
       ->capture_default_str();
+  std::string curve_server_key, curve_key;
+  fleet::AddCurveClientFlags(app, &curve_server_key, &curve_key);
 
   if (int rc = fleet::ParseFlags(app, argc, argv); rc >= 0) return rc;
   if (options.handler.name == "exec" && options.handler.exec.empty()) {
@@ -78,6 +81,7 @@ int main(int argc, char** argv) {
 
   try {
     fleet::SetupLogging("fleet-worker", log_level);
+    options.socket_limits.curve = fleet::LoadCurveClient(curve_server_key, curve_key);
   } catch (const std::exception& e) {
     std::cerr << "fleet-worker: " << e.what() << "\n";
     return 2;

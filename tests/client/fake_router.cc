@@ -32,7 +32,7 @@ Received Copy(const std::string& identity, const zmq::message_t& frame) {
 
 ManualRouter::ManualRouter(zmq::context_t& context)
     : socket_(context, zmq::socket_type::router) {
-  ApplySocketOptions(socket_, SocketLimits{.linger_ms = 0}, true);
+  ApplySocketOptions(socket_, SocketLimits{.linger_ms = 0, .curve = {}}, true);
   endpoint_ = BindSocket(socket_, "tcp://127.0.0.1:*");
 }
 
@@ -53,7 +53,7 @@ void ManualRouter::Send(const proto::Message& message) {
 ThreadedRouter::ThreadedRouter(zmq::context_t& context, Respond respond)
     : respond_(std::move(respond)) {
   zmq::socket_t socket(context, zmq::socket_type::router);
-  ApplySocketOptions(socket, SocketLimits{.linger_ms = 0}, true);
+  ApplySocketOptions(socket, SocketLimits{.linger_ms = 0, .curve = {}}, true);
   endpoint_ = BindSocket(socket, "tcp://127.0.0.1:*");
   // The socket is handed over before the thread starts and never touched
   // here again, so it is used by one thread at a time.

@@ -104,6 +104,7 @@ Cluster::Submitted Cluster::Submit(std::vector<std::string> extra,
 RunResult Cluster::Ctl(std::vector<std::string> args) {
   std::string log = dir_.File("ctl-" + std::to_string(++runs_) + ".log");
   std::vector<std::string> argv = {Bin("fleet-ctl"), "--control", control_};
+  argv.insert(argv.end(), ctl_flags_.begin(), ctl_flags_.end());
   argv.insert(argv.end(), args.begin(), args.end());
   return Run(argv, std::chrono::seconds(20), log);
 }

@@ -45,8 +45,10 @@ class Cluster {
   Submitted Submit(std::vector<std::string> extra,
                    std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
-  // fleet-ctl against the control endpoint.
+  // fleet-ctl against the control endpoint (with the flags of
+  // set_ctl_flags first, e.g. CURVE keys).
   RunResult Ctl(std::vector<std::string> args);
+  void set_ctl_flags(std::vector<std::string> flags) { ctl_flags_ = std::move(flags); }
   // `fleet-ctl stats --json` values, or an empty object on failure.
   nlohmann::json Stats();
   // `fleet-ctl workers --json`, or an empty array on failure.
@@ -70,6 +72,7 @@ class Cluster {
   std::map<std::string, std::unique_ptr<Process>> workers_;
   std::string frontend_, backend_, control_, metrics_;
   int runs_ = 0;
+  std::vector<std::string> ctl_flags_;
 };
 
 // key=value pairs of a summary line.

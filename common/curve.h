@@ -1,0 +1,99 @@
+// CURVE security for the broker's three endpoints: key files, client and
+// server socket setup, and the ZAP handler that decides who gets in.
+//
+// Key files (written by `fleet-ctl keygen NAME`):
+//   NAME.key  (mode 0600)  "public = <Z85>" and "secret = <Z85>" lines
+//   NAME.pub               "public = <Z85>"
+// Allowlists: one Z85 public key per line (a .pub file's "public = " prefix
+// is accepted too); blank lines and # comments are ignored.
+//
+// libzmq accepts ANY client key when no ZAP handler answers; the broker
+// therefore runs ZapHandler and, before it serves, proves with a real
+// handshake (VerifyUnknownKeyRefused) that an unknown key is refused.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <zmq.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+
+namespace fleet {
+
+struct CurveKeyPair {
+  std::string public_key;  // Z85, 40 characters
+  std::string secret_key;  // Z85, 40 characters; empty for a .pub file
+};
+
+// Client side: the broker's public key and our own pair. Empty: plain TCP.
+struct CurveClient {
+  std::string server_key;
+  CurveKeyPair keys;
+  bool enabled() const { return !server_key.empty(); }
+};
+
+CurveKeyPair GenerateKeyPair();
+// Writes NAME.key (0600) and NAME.pub; refuses to overwrite. Throws
+// std::runtime_error with the reason.
+void WriteKeyPair(const std::string& name, const CurveKeyPair& keys);
+// Reads a key file; `need_secret` requires the secret line. Throws
+// std::runtime_error naming the file and what is wrong.
+CurveKeyPair ReadKeyFile(const std::string& path, bool need_secret);
+// Reads an allowlist of public keys (Z85). Throws on a malformed line.
+std::set<std::string> ReadAllowlist(const std::string& path);
+// True when `z85` is a well-formed 40-character Z85 key.
+bool ValidZ85Key(const std::string& z85);
+
+// The client flags every program shares (--curve-server-key FILE,
+// --curve-key FILE) turned into keys; both empty: plain. Throws on half a
+// configuration or a bad file.
+CurveClient LoadCurveClient(const std::string& server_key_file, const std::string& key_file);
+
+// Adds --curve-server-key and --curve-key to a client program.
+void AddCurveClientFlags(CLI::App& app, std::string* server_key_file, std::string* key_file);
+
+void ApplyCurveClient(zmq::socket_t& socket, const CurveClient& curve);
+// Makes `socket` a CURVE server whose ZAP domain is `domain`.
+void ApplyCurveServer(zmq::socket_t& socket, const CurveKeyPair& keys, const std::string& domain);
+
+// The ZAP handler (RFC 27) on inproc://zeromq.zap.01 of `context`, in its
+// own thread: a CURVE client is let in only when its public key is in the
+// allowlist of the domain of the socket it connects to, and gets that
+// domain as its User-Id. Everything else (unknown key, unknown domain,
+// another mechanism) is refused with 400.
+class ZapHandler {
+ public:
+  ZapHandler(zmq::context_t& context, std::map<std::string, std::set<std::string>> allow);
+  ~ZapHandler();
+  ZapHandler(const ZapHandler&) = delete;
+  ZapHandler& operator=(const ZapHandler&) = delete;
+
+  std::uint64_t accepted() const { return accepted_.load(); }
+  std::uint64_t refused() const { return refused_.load(); }
+
+ private:
+  void Run();
+
+  zmq::context_t& context_;
+  std::map<std::string, std::set<std::string>> allow_;  // domain -> binary keys
+  zmq::socket_t socket_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> accepted_{0};
+  std::atomic<std::uint64_t> refused_{0};
+};
+
+// Connects to `endpoint` (as bound; a wildcard address is reached on
+// 127.0.0.1) with a fresh, unlisted key pair and waits for the handshake.
+// True when the server refused it; false with `detail` when it let it in
+// or said nothing within `timeout`.
+bool VerifyUnknownKeyRefused(zmq::context_t& context, const std::string& endpoint,
+                             const std::string& server_public_key,
+                             std::chrono::milliseconds timeout, std::string* detail);
+
+}  // namespace fleet

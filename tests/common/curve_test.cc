@@ -1,0 +1,80 @@
+#include "common/curve.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "common/zmq_util.h"
+#include "tests/support/process.h"
+
+namespace fleet {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(CurveTest, SelfCheckCatchesAServerThatLetsEveryKeyIn) {
+  // The libzmq trap: a CURVE server and no ZAP handler accepts any key.
+  zmq::context_t context(1);
+  CurveKeyPair server = GenerateKeyPair();
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.set(zmq::sockopt::curve_server, 1);
+  router.set(zmq::sockopt::curve_secretkey, server.secret_key);
+  std::string endpoint = BindSocket(router, "tcp://127.0.0.1:*");
+  std::string detail;
+  EXPECT_FALSE(VerifyUnknownKeyRefused(context, endpoint, server.public_key, milliseconds(5000),
+                                       &detail));
+  EXPECT_THAT(detail, ::testing::HasSubstr("unknown key completed the handshake"));
+}
+
+TEST(CurveTest, SelfCheckPassesWithTheHandlerAndListedKeysGetIn) {
+  zmq::context_t context(1);
+  CurveKeyPair server = GenerateKeyPair();
+  CurveKeyPair client = GenerateKeyPair();
+  ZapHandler zap(context, {{"workers", {client.public_key}}});
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  ApplyCurveServer(router, server, "workers");
+  std::string endpoint = BindSocket(router, "tcp://*:0");
+  std::string detail;
+  EXPECT_TRUE(VerifyUnknownKeyRefused(context, endpoint, server.public_key, milliseconds(5000),
+                                      &detail))
+      << detail;
+  EXPECT_EQ(zap.refused(), 1u);
+
+  // A listed client gets through and its message arrives.
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  ApplyCurveClient(dealer, CurveClient{server.public_key, client});
+  dealer.connect("tcp://127.0.0.1:" + endpoint.substr(endpoint.rfind(':') + 1));
+  dealer.send(zmq::str_buffer("hello"), zmq::send_flags::none);
+  zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(PollNoThrow(&item, 1, milliseconds(5000)), 1);
+  std::vector<zmq::message_t> frames;
+  ASSERT_TRUE(RecvMultipart(router, &frames));
+  ASSERT_EQ(frames.size(), 2u);
+  EXPECT_EQ(frames[1].to_string(), "hello");
+  EXPECT_EQ(frames[1].gets("User-Id"), std::string("workers"));
+  EXPECT_EQ(zap.accepted(), 1u);
+}
+
+TEST(CurveTest, KeyFilesAreCheckedLineByLine) {
+  fleet::testing::TempDir dir;
+  CurveKeyPair k = GenerateKeyPair();
+  WriteKeyPair(dir.File("k"), k);
+  EXPECT_EQ(ReadKeyFile(dir.File("k.key"), true).secret_key, k.secret_key);
+  EXPECT_EQ(ReadKeyFile(dir.File("k.pub"), false).public_key, k.public_key);
+  EXPECT_THROW(ReadKeyFile(dir.File("k.pub"), true), std::runtime_error);
+  EXPECT_THROW(WriteKeyPair(dir.File("k"), k), std::runtime_error);  // no overwrite
+  std::ofstream(dir.File("list")) << "# a comment\n\n" << k.public_key << "\npublic = "
+                                  << GenerateKeyPair().public_key << "\n";
+  EXPECT_EQ(ReadAllowlist(dir.File("list")).size(), 2u);
+  std::ofstream(dir.File("secret-list")) << "secret = " << k.secret_key << "\n";
+  EXPECT_THROW(ReadAllowlist(dir.File("secret-list")), std::runtime_error);
+  EXPECT_THROW(LoadCurveClient(dir.File("k.pub"), ""), std::invalid_argument);
+  EXPECT_FALSE(LoadCurveClient("", "").enabled());
+}
+
+}  // namespace
+}  // namespace fleet

@@ -43,6 +43,7 @@ BatchSeq BatchStore::Add(std::string_view id, std::string_view queue,
   ++q.depth;
   ++queued_;
   bytes_ += payload.size();
+  ++per_owner_[b.owner];
   return seq;
 }
 
@@ -107,6 +108,9 @@ void BatchStore::Erase(BatchSeq seq) {
     --queued_;
   }
   bytes_ -= it->second.payload.size();
+  if (auto o = per_owner_.find(it->second.owner); o != per_owner_.end() && --o->second == 0) {
+    per_owner_.erase(o);
+  }
   by_id_.erase(it->second.id);
   batches_.erase(it);
 }
@@ -133,6 +137,21 @@ std::vector<const Batch*> BatchStore::InOrder() const {
   out.reserve(all.size());
   for (const auto& [seq, b] : all) out.push_back(b);
   return out;
+}
+
+void BatchStore::SetOwner(BatchSeq seq, std::string_view owner) {
+  Batch* b = Get(seq);
+  if (b == nullptr || b->owner == owner) return;
+  if (auto o = per_owner_.find(b->owner); o != per_owner_.end() && --o->second == 0) {
+    per_owner_.erase(o);
+  }
+  b->owner.assign(owner);
+  ++per_owner_[b->owner];
+}
+
+std::size_t BatchStore::OwnedBy(std::string_view owner) const {
+  auto it = per_owner_.find(owner);
+  return it == per_owner_.end() ? 0 : it->second;
 }
 
 }  // namespace fleet::broker

@@ -59,6 +59,12 @@ class BatchStore {
   // Removes a finished batch, queued or running.
   void Erase(BatchSeq seq);
 
+  // Hands the batch's result to another producer (a re-send or fetch from
+  // a new connection).
+  void SetOwner(BatchSeq seq, std::string_view owner);
+  // Batches held (queued or running) whose result goes to `owner`.
+  std::size_t OwnedBy(std::string_view owner) const;
+
   // Every batch, queued or running, in the order they were added.
   std::vector<const Batch*> InOrder() const;
 
@@ -90,6 +96,7 @@ class BatchStore {
   BatchSeq next_seq_ = 1;
   std::size_t queued_ = 0;
   std::size_t bytes_ = 0;
+  StringMap<std::size_t> per_owner_;  // no entry for a count of 0
 };
 
 }  // namespace fleet::broker

@@ -160,7 +160,7 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
     }
     if (auto seq = batches_.FindId(item.id)) {
       ++counters_.resubmitted;
-      batches_.Get(*seq)->owner.assign(identity);
+      batches_.SetOwner(*seq, identity);
       out.accepted.emplace_back(item.id);
       continue;
     }
@@ -170,6 +170,15 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
              "queue full: " + std::to_string(batches_.queued()) +
                  " batches waiting (--max-queue " + std::to_string(options_.max_queue) +
                  "); retry later");
+      continue;
+    }
+    if (options_.max_inflight_per_producer > 0 &&
+        batches_.OwnedBy(identity) >= options_.max_inflight_per_producer) {
+      ++counters_.rejected_queue_full;
+      Reject(identity, item.id, ErrorCode::kQueueFull,
+             "queue full for this producer: " + std::to_string(batches_.OwnedBy(identity)) +
+                 " of its batches unfinished (--max-inflight-per-producer " +
+                 std::to_string(options_.max_inflight_per_producer) + "); retry later");
       continue;
     }
     if (batches_.bytes() + item.payload.size() > options_.max_queue_bytes) {
@@ -193,7 +202,7 @@ void BrokerCore::OnFetch(std::string_view identity, const proto::Fetch& m) {
     if (auto stored = results_.Find(id)) {
       out.results.emplace_back(std::string(id), std::move(stored));
     } else if (auto seq = batches_.FindId(id)) {
-      batches_.Get(*seq)->owner.assign(identity);  // result comes later
+      batches_.SetOwner(*seq, identity);  // result comes later
     } else {
       out.unknown.emplace_back(id);
     }

@@ -19,6 +19,9 @@ struct BrokerOptions {
   std::size_t max_queue = 100000;  // batches waiting, all queues; 1..1e8
   // Payload bytes held (queued + running), all queues; past it "queue full".
   std::size_t max_queue_bytes = std::size_t{1} << 30;
+  // Unfinished batches one producer connection may hold; 0: only the
+  // global caps. Keeps one flooding producer from filling the queue.
+  std::size_t max_inflight_per_producer = 0;
   std::uint32_t max_attempts = 5;  // dispatches before dead-lettering; 1..100
   Duration blacklist_ttl = std::chrono::seconds(120);  // 0..1 day
   // A retired worker that holds nothing is told to stop this long after its

@@ -32,6 +32,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-queue-bytes", o.max_queue_bytes,
                  "payload bytes held (queued and running); past it producers get \"queue "
                  "full\"")->capture_default_str()->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
+  app.add_option("--max-inflight-per-producer", o.max_inflight_per_producer,
+                 "unfinished batches one producer may hold before its submits get \"queue "
+                 "full\" (0: only --max-queue and --max-queue-bytes)")->capture_default_str();
   app.add_option("--max-attempts", o.max_attempts,
                  "dispatches of one batch before it is dead-lettered with a failed result")
       ->capture_default_str()->check(CLI::Range(1u, 100u));

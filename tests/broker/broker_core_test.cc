@@ -240,6 +240,33 @@ TEST_F(BrokerCoreTest, QueueBytesCapRejectsUntilRunningBatchesFinish) {
   EXPECT_EQ(core_->counters().rejected_queue_full, 1u);
 }
 
+TEST_F(BrokerCoreTest, PerProducerLimitKeepsOneProducerFromFillingTheQueue) {
+  BrokerOptions o;
+  o.max_inflight_per_producer = 2;
+  Reset(o);
+  Submit("flood", {"f1", "f2", "f3"});
+  Submit("calm", {"c1"});
+  PumpAndFlush();
+  EXPECT_EQ(accepted_["flood"], (std::vector<std::string>{"f1", "f2"}));
+  ASSERT_EQ(rejected_["flood"].size(), 1u);
+  EXPECT_EQ(rejected_["flood"][0], ErrorCode::kQueueFull);
+  EXPECT_EQ(accepted_["calm"], std::vector<std::string>{"c1"});
+  // A batch handed to another connection counts for that one.
+  Submit("calm", {"f1"});
+  PumpAndFlush();
+  EXPECT_EQ(core_->batches().OwnedBy("flood"), 1u);
+  EXPECT_EQ(core_->batches().OwnedBy("calm"), 2u);
+  Submit("flood", {"f3"});
+  PumpAndFlush();
+  EXPECT_EQ(accepted_["flood"].back(), "f3");
+  // Finished batches free the producer's share.
+  Hello("W1", "w1", 4);
+  PumpAndFlush();
+  Done("W1", "c1");
+  PumpAndFlush();
+  EXPECT_EQ(core_->batches().OwnedBy("calm"), 1u);
+}
+
 TEST_F(BrokerCoreTest, OversizedAndEmptyIdBatchesAreRejectedAlone) {
   BrokerOptions o;
   o.max_batch_bytes = 4;

@@ -580,6 +580,95 @@ void EncodeTo(const Message& message, std::string* out) {
   std::visit(EncodeVisitor{packer, out}, message);
 }
 
+namespace {
+
+// Walks the msgpack structure without building it and checks that every
+// array or map announces no more elements than bytes remain (each element
+// takes at least one) and that no length runs past the end. msgpack-c
+// reserves room for an announced count before any element arrives, so
+// without this a 6-byte frame made it allocate megabytes. One pass over the
+// headers; payload bytes are skipped by their length.
+// `max_children`: a larger count is reported as over the limit (kTooLarge)
+// rather than as truncated.
+bool PlausibleMsgpack(const unsigned char* p, std::size_t n, std::uint64_t max_children,
+                      ErrorCode* code, std::string* why) {
+  *code = ErrorCode::kMalformed;
+  std::size_t pos = 0;
+  std::uint64_t pending = 1;  // objects still to read
+  auto need = [&](std::uint64_t bytes) {
+    if (bytes > n - pos) {
+      *why = "truncated msgpack";
+      return false;
+    }
+    return true;
+  };
+  auto be = [&](int width) {
+    std::uint64_t v = 0;
+    for (int i = 0; i < width; ++i) v = (v << 8) | p[pos + i];
+    pos += width;
+    return v;
+  };
+  while (pending > 0) {
+    if (!need(1)) return false;
+    const unsigned char t = p[pos++];
+    --pending;
+    std::uint64_t skip = 0;
+    std::uint64_t children = 0;
+    if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) {
+      // fixint, nil, bool: the byte itself
+    } else if (t <= 0x8f) {
+      children = 2u * (t & 0x0f);
+    } else if (t <= 0x9f) {
+      children = t & 0x0f;
+    } else if (t <= 0xbf) {
+      skip = t & 0x1f;
+    } else {
+      switch (t) {
+        case 0xc4: case 0xd9: if (!need(1)) return false; skip = be(1); break;
+        case 0xc5: case 0xda: if (!need(2)) return false; skip = be(2); break;
+        case 0xc6: case 0xdb: if (!need(4)) return false; skip = be(4); break;
+        case 0xc7: if (!need(1)) return false; skip = be(1) + 1; break;
+        case 0xc8: if (!need(2)) return false; skip = be(2) + 1; break;
+        case 0xc9: if (!need(4)) return false; skip = be(4) + 1; break;
+        case 0xca: skip = 4; break;
+        case 0xcb: skip = 8; break;
+        case 0xcc: case 0xd0: skip = 1; break;
+        case 0xcd: case 0xd1: skip = 2; break;
+        case 0xce: case 0xd2: skip = 4; break;
+        case 0xcf: case 0xd3: skip = 8; break;
+        case 0xd4: skip = 2; break;
+        case 0xd5: skip = 3; break;
+        case 0xd6: skip = 5; break;
+        case 0xd7: skip = 9; break;
+        case 0xd8: skip = 17; break;
+        case 0xdc: if (!need(2)) return false; children = be(2); break;
+        case 0xdd: if (!need(4)) return false; children = be(4); break;
+        case 0xde: if (!need(2)) return false; children = 2 * be(2); break;
+        case 0xdf: if (!need(4)) return false; children = 2 * be(4); break;
+        default:
+          *why = "invalid msgpack: reserved type byte 0xc1";
+          return false;
+      }
+    }
+    if (!need(skip)) return false;
+    pos += skip;
+    if (children > max_children) {
+      *code = ErrorCode::kTooLarge;
+      *why = "msgpack container of " + std::to_string(children) + " elements over the limit";
+      return false;
+    }
+    if (children > n - pos) {
+      *why = "msgpack container announces " + std::to_string(children) +
+             " elements with " + std::to_string(n - pos) + " bytes left";
+      return false;
+    }
+    pending += children;
+  }
+  return true;
+}
+
+}  // namespace
+
 Decoded Decode(const void* data, std::size_t size, const Limits& limits) {
   Decoded d;
   if (size > limits.max_message_bytes) {
@@ -600,6 +689,14 @@ Decoded Decode(const void* data, std::size_t size, const Limits& limits) {
   msgpack::unpack_limit unpack_limits(
       /*array=*/limits.max_items + 8, /*map=*/limits.max_items,
       /*str=*/str_limit, /*bin=*/bin_limit, /*ext=*/0, /*depth=*/8);
+  std::string why;
+  ErrorCode code = ErrorCode::kOk;
+  if (!PlausibleMsgpack(static_cast<const unsigned char*>(data), size,
+                        2 * (limits.max_items + 8), &code, &why)) {
+    d.error = code;
+    d.detail = std::move(why);
+    return d;
+  }
   try {
     std::size_t offset = 0;
     msgpack::object_handle handle = msgpack::unpack(

@@ -173,8 +173,13 @@ TEST(CodecTest, RejectsMalformedTruncatedOversizedAndWrongVersion) {
        ErrorCode::kMalformed},
       {"huge bin header, no body", std::string("\xc6\xff\xff\xff\xff", 5), ErrorCode::kMalformed},
       {"ext type", std::string("\xd4\x01\x02", 3), ErrorCode::kTooLarge},
-      {"deep nesting", std::string(2000, '\x91'), ErrorCode::kTooLarge},
-      {"nested array headers", std::string(100000, '\xdc'), ErrorCode::kTooLarge},
+      // Complete but too deep: the unpacker's depth limit.
+      {"deep nesting", std::string(2000, '\x91') + '\xc0', ErrorCode::kTooLarge},
+      // Headers announcing more elements than bytes remain are refused
+      // before anything is allocated for them.
+      {"deep nesting, truncated", std::string(2000, '\x91'), ErrorCode::kMalformed},
+      {"nested array headers", std::string(100000, '\xdc'), ErrorCode::kMalformed},
+      {"array16 of 65535 with no body", std::string("\xdc\xff\xff", 3), ErrorCode::kMalformed},
       {"unknown outcome",
        Packed([](auto& p) {
          p.pack_array(3); p.pack(1); p.pack(3);

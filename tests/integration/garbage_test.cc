@@ -29,7 +29,9 @@ std::vector<Garbage> Cases() {
       {"two frames", {"a", "b"}, proto::ErrorCode::kFrames},
       {"array32 header with no body", {std::string("\xdd\xff\xff\xff\xff", 5)},
        proto::ErrorCode::kTooLarge},
-      {"nested array headers", {std::string(100000, '\xdc')}, proto::ErrorCode::kTooLarge},
+      // Each header announces more elements than bytes remain: refused
+      // before anything is allocated for them.
+      {"nested array headers", {std::string(100000, '\xdc')}, proto::ErrorCode::kMalformed},
       {"trailing bytes", {proto::Encode(proto::Heartbeat{}) + "zz"}, proto::ErrorCode::kMalformed},
       {"wrong version", {std::string("\x92\x07\x11", 3)}, proto::ErrorCode::kUnsupportedVersion},
       {"unknown command", {std::string("\x92\x01\x63", 3)}, proto::ErrorCode::kUnknownCommand},

@@ -15,7 +15,8 @@ prometheus::Histogram::BucketBoundaries Bounds() { return LatencyBuckets(); }
 }  // namespace
 
 BrokerMetrics::BrokerMetrics(prometheus::Registry& r)
-    : queue_depth_(BuildGauge().Name("fleet_queue_depth")
+    : registry_(r),
+      queue_depth_(BuildGauge().Name("fleet_queue_depth")
                        .Help("Batches waiting for a worker, per queue").Register(r)),
       inflight_(BuildGauge().Name("fleet_batches_inflight")
                     .Help("Batches dispatched to a worker and not yet reported").Register(r)
@@ -106,6 +107,31 @@ void BrokerMetrics::Advance(prometheus::Counter& counter, std::uint64_t current,
                             std::uint64_t& last) {
   if (current > last) counter.Increment(static_cast<double>(current - last));
   last = current;
+}
+
+void BrokerMetrics::UpdateJournal(const JournalStats& s) {
+  if (journal_ == nullptr) {
+    auto counter = [&](const char* name, const char* help) {
+      return &BuildCounter().Name(name).Help(help).Register(registry_).Add({});
+    };
+    journal_ = std::make_unique<JournalSeries>();
+    journal_->commits = counter("fleet_journal_commits_total",
+                                "Journal writes (one per loop turn with records)");
+    journal_->syncs = counter("fleet_journal_syncs_total",
+                              "fdatasync calls (turns that accepted batches)");
+    journal_->bytes = counter("fleet_journal_bytes_total", "Bytes appended to the journal");
+    journal_->compactions = counter("fleet_journal_compactions_total",
+                                    "Journal compactions (live batches rewritten)");
+    journal_->replayed = &BuildGauge().Name("fleet_journal_replayed_records")
+                              .Help("Records replayed from the journal at start")
+                              .Register(registry_).Add({});
+  }
+  JournalSeries& j = *journal_;
+  Advance(*j.commits, s.commits, j.last_commits);
+  Advance(*j.syncs, s.syncs, j.last_syncs);
+  Advance(*j.bytes, s.bytes_written, j.last_bytes);
+  Advance(*j.compactions, s.compactions, j.last_compactions);
+  j.replayed->Set(static_cast<double>(s.records_replayed));
 }
 
 void BrokerMetrics::Update(BrokerCore& core, TimePoint now) {

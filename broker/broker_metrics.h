@@ -28,6 +28,8 @@ class BrokerMetrics {
 
   // Copies gauges from `core`, adds counter deltas, drains its histograms.
   void Update(BrokerCore& core, TimePoint now);
+  // Durable mode: the journal's counters (the series exist only then).
+  void UpdateJournal(const JournalStats& stats);
 
  private:
   struct WorkerSeries {
@@ -40,6 +42,17 @@ class BrokerMetrics {
   static void Advance(prometheus::Counter& counter, std::uint64_t current,
                       std::uint64_t& last);
 
+  struct JournalSeries {
+    prometheus::Counter* commits;
+    prometheus::Counter* syncs;
+    prometheus::Counter* bytes;
+    prometheus::Counter* compactions;
+    prometheus::Gauge* replayed;
+    std::uint64_t last_commits = 0, last_syncs = 0, last_bytes = 0, last_compactions = 0;
+  };
+
+  prometheus::Registry& registry_;
+  std::unique_ptr<JournalSeries> journal_;
   prometheus::Family<prometheus::Gauge>& queue_depth_;
   prometheus::Gauge& inflight_;
   prometheus::Gauge& held_bytes_;

@@ -150,7 +150,10 @@ void BrokerServer::Run(const std::function<bool()>& stop) {
       core_.Tick(now);
       core_.Pump(now);  // batches requeued from dead workers
       Flush(now);
-      if (metrics_ != nullptr) metrics_->Update(core_, now);
+      if (metrics_ != nullptr) {
+        metrics_->Update(core_, now);
+        if (journal_ != nullptr) metrics_->UpdateJournal(journal_->stats());
+      }
       if (journal_ != nullptr && journal_->NeedsCompaction()) {
         const std::uint64_t before = journal_->active_bytes();
         journal_->Compact([&](Journal& j) { core_.Snapshot(j); });

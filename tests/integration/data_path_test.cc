@@ -7,6 +7,7 @@
 #include <set>
 
 #include "tests/support/cluster.h"
+#include "tests/support/http_get.h"
 #include "tests/support/wait.h"
 
 namespace fleet::testing {
@@ -284,6 +285,20 @@ TEST(DataPathTest, DurableBrokerKilledMidRunReplaysEveryAcceptedBatch) {
   // Nothing had to be accepted again: the journal had every batch, and the
   // producer's fetches found them (or their results) by id.
   EXPECT_EQ(c.StatValue("submitted"), 0);
+  // The journal's own series: what was replayed, and it keeps writing.
+  std::string page;
+  EXPECT_TRUE(WaitFor([&] {
+    page = HttpGet(c.metrics());
+    return page.find("fleet_journal_commits_total") != std::string::npos;
+  })) << page;
+  auto value = [&](const std::string& series) {
+    auto at = page.find("\n" + series + " ");
+    return at == std::string::npos ? -1.0 : std::atof(page.c_str() + at + series.size() + 2);
+  };
+  EXPECT_GT(value("fleet_journal_replayed_records"), restored);  // accepted + finished records
+  EXPECT_GT(value("fleet_journal_commits_total"), 0);
+  // Present; 0 is right here: the new broker accepted nothing new.
+  EXPECT_EQ(value("fleet_journal_syncs_total"), 0);
 }
 
 }  // namespace

@@ -74,6 +74,16 @@ std::optional<std::int64_t> ParseByteSize(const std::string& text) {
 
 DockerLauncher::DockerLauncher(DockerOptions options) : options_(std::move(options)) {
   http_options_.unix_socket_path = options_.socket_path;
+  if (options_.network.starts_with("container:")) {
+    throw std::runtime_error("docker launcher: --docker-network container:... would put workers "
+                             "in another container's namespace; name a network");
+  }
+  if (options_.network == "host" && options_.metrics_port > 0) {
+    // Every worker would bind the same host port; all but the first fail.
+    spdlog::warn("docker launcher: host network: workers serve no /metrics (set "
+                 "--docker-worker-metrics-port 0 to silence this)");
+    options_.metrics_port = 0;
+  }
   struct stat st {};
   if (stat(options_.socket_path.c_str(), &st) != 0) {
     throw std::runtime_error(fmt::format(

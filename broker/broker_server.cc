@@ -50,6 +50,12 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
       backend_(context_, zmq::socket_type::router),
       control_(context_, zmq::socket_type::router) {
   if (!options.data_dir.empty()) {
+    if (options.max_batch_bytes + 2 * options.max_id_bytes + 16 > Journal::kMaxRecordBytes) {
+      throw std::invalid_argument(
+          "--data-dir keeps batches of at most " +
+          std::to_string((Journal::kMaxRecordBytes >> 20) - 1) +
+          " MiB: lower --max-batch-bytes (now " + std::to_string(options.max_batch_bytes) + ")");
+    }
     JournalOptions jo;
     jo.dir = options.data_dir;
     jo.segment_bytes = options.journal_segment_bytes;

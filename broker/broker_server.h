@@ -74,7 +74,9 @@ class BrokerServer {
   class BrokerMetrics* metrics_ = nullptr;
   std::vector<std::string> ready_lines_;
   CurveKeyPair curve_keys_;
-  std::unique_ptr<ZapHandler> zap_;  // last: stops before the sockets close
+  // Last: stops before the sockets close. In that moment a handshake would
+  // not be checked, but the loop has ended and nothing is read any more.
+  std::unique_ptr<ZapHandler> zap_;
 };
 
 // Writes the resolved endpoints as key=value lines (atomically: temp file,

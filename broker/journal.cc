@@ -78,7 +78,7 @@ Journal::~Journal() {
   if (fd_ >= 0) {
     try {
       sync_due_ = true;
-      Commit();
+      if (!failed_) Commit();
     } catch (const JournalError& e) {
       spdlog::error("{}", e.what());
     }
@@ -125,6 +125,19 @@ std::unique_ptr<Journal> Journal::Open(const JournalOptions& options, const Visi
     struct stat st {};
     return ::stat(j->SegmentPath(n).c_str(), &st) != 0;
   });
+  // What a killed broker left in the page cache (records written but not
+  // synced) goes to disk now: once a newer segment exists, a torn tail in
+  // these would stop the start instead of being cut off.
+  if (options.sync) {
+    for (std::uint64_t n : j->segments_) {
+      int fd = ::open(j->SegmentPath(n).c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0 || ::fdatasync(fd) != 0) {
+        if (fd >= 0) ::close(fd);
+        throw JournalError(Errno("journal: sync " + j->SegmentPath(n)));
+      }
+      ::close(fd);
+    }
+  }
   j->OpenSegment(j->segments_.empty() ? 1 : j->segments_.back() + 1);
   return j;
 }
@@ -231,15 +244,27 @@ void Journal::Append(std::uint8_t type, std::string_view body, bool must_sync) {
 
 bool Journal::Commit() {
   if (buffer_.empty()) return false;
+  if (failed_) throw JournalError("journal: an earlier write failed; not writing more");
   std::size_t done = 0;
   while (done < buffer_.size()) {
     ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw JournalError(Errno("journal: write " + SegmentPath(active_number_)));
+    if (n < 0) {
+      // Cut off what part of the turn did reach the file (ENOSPC midway), so
+      // no half record sits before later ones, and write nothing more.
+      const std::string error = Errno("journal: write " + SegmentPath(active_number_));
+      failed_ = true;
+      if (::ftruncate(fd_, static_cast<off_t>(active_bytes_)) != 0) {
+        spdlog::error("journal: cannot cut a partial write off {}: {}",
+                      SegmentPath(active_number_), std::strerror(errno));
+      }
+      throw JournalError(error);
+    }
     done += static_cast<std::size_t>(n);
   }
   if (options_.sync && sync_due_) {
     if (::fdatasync(fd_) != 0) {
+      failed_ = true;
       throw JournalError(Errno("journal: fdatasync " + SegmentPath(active_number_)));
     }
     ++stats_.syncs;
@@ -268,6 +293,7 @@ void Journal::Compact(const std::function<void(Journal&)>& snapshot) {
   }
   SyncDir();
   segments_ = {active_number_};
+  snapshot_bytes_ = active_bytes_;
   ++stats_.compactions;
 }
 

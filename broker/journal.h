@@ -26,6 +26,7 @@
 // Not thread-safe; the broker loop owns it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -87,7 +88,11 @@ class Journal {
   bool Commit();
   bool pending() const { return !buffer_.empty(); }
 
-  bool NeedsCompaction() const { return active_bytes_ >= options_.segment_bytes; }
+  // Past segment_bytes, and at least twice what the last compaction kept, so
+  // a large live set is not rewritten on every tick.
+  bool NeedsCompaction() const {
+    return active_bytes_ >= std::max(options_.segment_bytes, 2 * snapshot_bytes_);
+  }
   // `snapshot` appends (through the journal passed to it) every record still
   // needed; then the older segments go. Commits first.
   void Compact(const std::function<void(Journal&)>& snapshot);
@@ -111,6 +116,8 @@ class Journal {
   std::uint64_t active_bytes_ = 0;
   std::string buffer_;
   bool sync_due_ = false;
+  bool failed_ = false;  // a write or sync failed: no more writes
+  std::uint64_t snapshot_bytes_ = 0;  // the active segment's size after the last compaction
   JournalStats stats_;
 };
 

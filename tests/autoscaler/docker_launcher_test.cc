@@ -143,12 +143,23 @@ TEST_F(DockerLauncherFakeTest, MissingNetworkSaysSo) {
               HasSubstr("network fleet_internal does not exist"));
 }
 
-TEST_F(DockerLauncherFakeTest, HostNetworkIsNotLookedUp) {
+TEST_F(DockerLauncherFakeTest, HostNetworkIsNotLookedUpAndItsWorkersServeNoMetrics) {
   DockerOptions o = Options();
   o.network = "host";
   engine_.Set("GET /v1.41/networks/", 500, "{}");
-  EXPECT_NO_THROW(DockerLauncher l(o));
+  DockerLauncher l(o);
   EXPECT_TRUE(engine_.Matching("GET /v1.41/networks/").empty());
+  // On the host network every worker would bind the same metrics port.
+  json body = json::parse(l.CreateBody("w1"));
+  EXPECT_THAT(body["Env"].get<std::vector<std::string>>(),
+              ::testing::ElementsAre("FLEET_LOG_LEVEL=debug"));
+  EXPECT_FALSE(body["Labels"].contains("fleet.metrics-port"));
+}
+
+TEST_F(DockerLauncherFakeTest, AnotherContainersNamespaceIsRefused) {
+  DockerOptions o = Options();
+  o.network = "container:fleet_broker_1";
+  EXPECT_THAT(ThrownBy([&] { DockerLauncher l(o); }), HasSubstr("name a network"));
 }
 
 TEST_F(DockerLauncherFakeTest, ContainerTemplateIsLockedDown) {

@@ -189,6 +189,28 @@ TEST_F(JournalTest, OnlyRecordsThatMustSyncCostAnFdatasync) {
   EXPECT_EQ(Replay(Options()).size(), 3u);  // written all the same
 }
 
+TEST_F(JournalTest, ALiveSetLargerThanASegmentIsNotRewrittenOnEveryTick) {
+  JournalOptions o = Options();
+  o.segment_bytes = 1000;
+  std::unique_ptr<Journal> j;
+  Replay(o, &j);
+  const std::string payload(100, 'p');
+  for (int i = 0; i < 30; ++i) j->Append(1, payload);
+  j->Commit();
+  ASSERT_TRUE(j->NeedsCompaction());
+  j->Compact([&](Journal& out) {
+    for (int i = 0; i < 20; ++i) out.Append(1, payload);  // still live: 2180 bytes
+  });
+  EXPECT_GT(j->active_bytes(), o.segment_bytes);
+  EXPECT_FALSE(j->NeedsCompaction()) << "it would compact again at once";
+  for (int i = 0; i < 20; ++i) j->Append(2, "done");
+  j->Commit();
+  EXPECT_FALSE(j->NeedsCompaction());
+  for (int i = 0; i < 20; ++i) j->Append(1, payload);
+  j->Commit();
+  EXPECT_TRUE(j->NeedsCompaction());  // twice what the last one kept
+}
+
 TEST_F(JournalTest, RunsThatWroteNothingLeaveNoSegment) {
   for (int i = 0; i < 5; ++i) Replay(Options());
   EXPECT_EQ(Segments(Options().dir).size(), 1u);

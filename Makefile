@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test demo clean format fuzz
+.PHONY: all deps configure build test demo clean format fuzz sanitize
 
 all: build
 
@@ -32,6 +32,11 @@ demo: build
 FUZZ_SECONDS ?= 60
 fuzz:
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/run.sh
+
+# ASan+UBSan over every non-Docker test, TSan over the threaded ones
+# (scripts/sanitize.sh; MODES=asan or MODES=tsan runs one of them).
+sanitize: deps
+	@JOBS=$(JOBS) bash scripts/sanitize.sh $(MODES)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -124,7 +124,6 @@ int main(int argc, char** argv) {
       server.set_metrics(metrics_state.get());
       server.add_ready_line("metrics=" + metrics_url);
     }
-    if (!o.ready_file.empty()) broker::WriteReadyFile(o.ready_file, server);
     spdlog::info(
         "listening: frontend {} backend {} control {} metrics {}; max-queue {} max-attempts {} "
         "blacklist-ttl {} s; {}; {}",
@@ -135,6 +134,8 @@ int main(int argc, char** argv) {
                           "--curve-secret-key turns CURVE on)")
             : "CURVE with allowlists, server key " + server.curve_public_key() +
                   " (an unknown key was refused on every endpoint)");
+    // After the start line, so whoever waits for the file can read the line.
+    if (!o.ready_file.empty()) broker::WriteReadyFile(o.ready_file, server);
     server.Run([] { return StopRequested(); });
     const auto& b = server.core().batches();
     spdlog::info("stopping on signal {}: {} batches queued and {} in flight {}; submitted {} "

@@ -24,8 +24,14 @@ class BrokerCoreTest : public ::testing::Test {
   void Submit(const std::string& producer, std::vector<std::string> ids,
               const std::string& queue = "") {
     proto::Submit m;
-    for (const auto& id : ids) m.batches.push_back({id, queue, "payload-" + id});
-    // Views must stay valid for the call only.
+    // Views must stay valid for the call only: the payloads live until the
+    // end of this function (reserved, so no reallocation moves them).
+    std::vector<std::string> payloads;
+    payloads.reserve(ids.size());
+    for (const auto& id : ids) {
+      payloads.push_back("payload-" + id);
+      m.batches.push_back({id, queue, payloads.back()});
+    }
     core_->OnMessage(Socket::kFrontend, producer, m, clock_.Now());
   }
   void Hello(const std::string& ident, const std::string& id, uint32_t credit,

@@ -385,16 +385,13 @@ constexpr std::uint8_t kAccepted = 1;
 constexpr std::uint8_t kFinished = 2;
 
 void PutField(std::string& out, std::string_view s) {
-  const auto n = static_cast<std::uint32_t>(s.size());
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  PutLe32(out, static_cast<std::uint32_t>(s.size()));
   out.append(s);
 }
 
 bool TakeField(std::string_view& in, std::string_view* field) {
   if (in.size() < 4) return false;
-  const auto* u = reinterpret_cast<const unsigned char*>(in.data());
-  const std::uint32_t n = std::uint32_t(u[0]) | std::uint32_t(u[1]) << 8 |
-                          std::uint32_t(u[2]) << 16 | std::uint32_t(u[3]) << 24;
+  const std::uint32_t n = ReadLe32(in.data());
   if (in.size() - 4 < n) return false;
   *field = in.substr(4, n);
   in.remove_prefix(4 + n);

@@ -28,16 +28,6 @@ std::array<std::uint32_t, 256> MakeCrcTable() {
   return t;
 }
 
-std::uint32_t Le32(const char* p) {
-  const auto* u = reinterpret_cast<const unsigned char*>(p);
-  return std::uint32_t(u[0]) | std::uint32_t(u[1]) << 8 | std::uint32_t(u[2]) << 16 |
-         std::uint32_t(u[3]) << 24;
-}
-
-void PutLe32(std::string& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 std::string ReadWhole(const std::string& path) {
@@ -64,6 +54,16 @@ bool AllZero(std::string_view s) {
 }
 
 }  // namespace
+
+std::uint32_t ReadLe32(const char* p) {
+  const auto* u = reinterpret_cast<const unsigned char*>(p);
+  return std::uint32_t(u[0]) | std::uint32_t(u[1]) << 8 | std::uint32_t(u[2]) << 16 |
+         std::uint32_t(u[3]) << 24;
+}
+
+void PutLe32(std::string& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
 
 std::uint32_t Crc32c(std::string_view data, std::uint32_t crc) {
   static const std::array<std::uint32_t, 256> table = MakeCrcTable();
@@ -168,8 +168,8 @@ void Journal::Replay(const Visitor& visit) {
         problem = "a record header cut short";
         break;
       }
-      const std::uint32_t len = Le32(data.data() + pos);
-      const std::uint32_t crc = Le32(data.data() + pos + 4);
+      const std::uint32_t len = ReadLe32(data.data() + pos);
+      const std::uint32_t crc = ReadLe32(data.data() + pos + 4);
       if (len > kMaxRecordBytes || data.size() - pos - kHeader < len) {
         problem = "a record running past the end of the file";
         break;

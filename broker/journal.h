@@ -61,6 +61,11 @@ struct JournalStats {
   std::uint64_t compactions = 0;
 };
 
+// Little-endian u32 as the record format writes them (also for the fields
+// the broker puts in its record bodies).
+void PutLe32(std::string& out, std::uint32_t v);
+std::uint32_t ReadLe32(const char* p);
+
 // CRC-32C (Castagnoli), as used by the record format.
 std::uint32_t Crc32c(std::string_view data, std::uint32_t crc = 0);
 

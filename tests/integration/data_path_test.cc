@@ -190,6 +190,22 @@ TEST(DataPathTest, ExecHandlerReportsFailureWithReasonAndKillsHangingCommandAtTi
 namespace fleet::testing {
 namespace {
 
+// A fleet-submit run in the background (--output `out`) ends with every one
+// of its `n` batches ok and each result in `out` once.
+void ExpectAllOkEachOnce(Process& submit, const std::string& out, int n) {
+  auto code = submit.Wait(std::chrono::seconds(120));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0) << submit.ReadLog();
+  const std::string want = "submitted=" + std::to_string(n) + " ok=" + std::to_string(n) +
+                           " failed=0 lost=0";
+  EXPECT_NE(submit.ReadLog().find(want), std::string::npos) << submit.ReadLog();
+  Cluster::Submitted s;
+  std::ifstream in(out);
+  std::string line;
+  while (std::getline(in, line)) s.results.push_back(nlohmann::json::parse(line));
+  CheckEachResultOnce(s, n);
+}
+
 // Picks the broker's ports once, so a restarted broker listens where the
 // producer and workers reconnect.
 TEST(DataPathTest, BrokerRestartMidRunLosesNoBatchWorkersReRegisterProducerResends) {
@@ -210,16 +226,7 @@ TEST(DataPathTest, BrokerRestartMidRunLosesNoBatchWorkersReRegisterProducerResen
   c.broker().Signal(SIGKILL);
   ASSERT_TRUE(c.broker().Wait(std::chrono::seconds(10)).has_value());
   c.StartBroker({"--frontend", fe, "--backend", be, "--control", ctl, "--heartbeat-ms", "200"});
-  auto code = submit.Wait(std::chrono::seconds(120));
-  ASSERT_TRUE(code.has_value());
-  EXPECT_EQ(*code, 0) << submit.ReadLog();
-  EXPECT_NE(submit.ReadLog().find("submitted=200 ok=200 failed=0 lost=0"), std::string::npos)
-      << submit.ReadLog();
-  Cluster::Submitted s;
-  std::ifstream in(c.dir().File("out.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) s.results.push_back(nlohmann::json::parse(line));
-  CheckEachResultOnce(s, 200);
+  ExpectAllOkEachOnce(submit, c.dir().File("out.jsonl"), 200);
   // The new broker got only what the old one had not finished: re-sent.
   double resent = c.StatValue("submitted");
   EXPECT_GT(resent, 0);
@@ -283,16 +290,7 @@ TEST(DataPathTest, DurableBrokerKilledMidRunReplaysEveryAcceptedBatch) {
   EXPECT_GT(restored, 0) << log;
   EXPECT_LT(restored, 200) << log;
 
-  auto code = submit.Wait(std::chrono::seconds(120));
-  ASSERT_TRUE(code.has_value());
-  EXPECT_EQ(*code, 0) << submit.ReadLog();
-  EXPECT_NE(submit.ReadLog().find("submitted=200 ok=200 failed=0 lost=0"), std::string::npos)
-      << submit.ReadLog();
-  Cluster::Submitted s;
-  std::ifstream in(c.dir().File("out.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) s.results.push_back(nlohmann::json::parse(line));
-  CheckEachResultOnce(s, 200);
+  ExpectAllOkEachOnce(submit, c.dir().File("out.jsonl"), 200);
   // No unfinished batch had to be accepted again: the journal had them, and
   // the producer's fetches found them (or their results) by id. Only a batch
   // that finished just before the kill, its result not yet received, is

@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test demo clean format fuzz sanitize
+.PHONY: all deps configure build test demo clean format fuzz sanitize soak
 
 all: build
 
@@ -37,6 +37,12 @@ fuzz:
 # (scripts/sanitize.sh; MODES=asan or MODES=tsan runs one of them).
 sanitize: deps
 	@JOBS=$(JOBS) bash scripts/sanitize.sh $(MODES)
+
+# The long mixed fault run: worker, broker and autoscaler kills, SIGSTOP,
+# scale churn under load, then the ledger of every batch (tests/soak).
+SOAK_MINUTES ?= 30
+soak: build
+	@$(BUILD_DIR)/tests/fleet-soak --minutes $(SOAK_MINUTES)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -10,7 +10,8 @@ prometheus::Counter& Plain(prometheus::Registry& r, const char* name, const char
 
 }  // namespace
 
-AutoscalerMetrics::AutoscalerMetrics(const std::string& bind_address)
+AutoscalerMetrics::AutoscalerMetrics(const std::string& bind_address,
+                                     const std::optional<BasicAuth>& auth)
     : registry_(std::make_shared<prometheus::Registry>()),
       desired_(prometheus::BuildGauge()
                    .Name("fleet_autoscaler_desired_workers")
@@ -45,7 +46,7 @@ AutoscalerMetrics::AutoscalerMetrics(const std::string& bind_address)
     decision_series_.emplace(std::make_pair(std::string(action), std::string(reason)),
                              &decisions_.Add({{"action", action}, {"reason", reason}}));
   }
-  if (!bind_address.empty()) served_ = ServeMetrics(bind_address, registry_);
+  if (!bind_address.empty()) served_ = ServeMetrics(bind_address, registry_, auth);
 }
 
 void AutoscalerMetrics::Decision(const std::string& action, const std::string& reason) {

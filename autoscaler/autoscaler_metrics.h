@@ -10,6 +10,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/metrics_server.h"
@@ -18,9 +19,11 @@ namespace fleet::autoscaler {
 
 class AutoscalerMetrics {
  public:
-  // Serves /metrics on `bind_address` unless it is empty. Throws
-  // std::runtime_error naming the address when it cannot bind.
-  explicit AutoscalerMetrics(const std::string& bind_address);
+  // Serves /metrics on `bind_address` unless it is empty, behind basic auth
+  // when `auth` is set. Throws std::invalid_argument on a bad address,
+  // std::runtime_error naming it when it cannot bind.
+  explicit AutoscalerMetrics(const std::string& bind_address,
+                             const std::optional<BasicAuth>& auth = std::nullopt);
 
   void SetDesired(int desired) { desired_.Set(desired); }
   void SetPool(int starting, int running, int retiring) {

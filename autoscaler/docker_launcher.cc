@@ -74,6 +74,7 @@ std::optional<std::int64_t> ParseByteSize(const std::string& text) {
 
 DockerLauncher::DockerLauncher(DockerOptions options) : options_(std::move(options)) {
   http_options_.unix_socket_path = options_.socket_path;
+  CheckDockerMounts(options_.mounts, options_.socket_path);
   if (options_.network.starts_with("container:")) {
     throw std::runtime_error("docker launcher: --docker-network container:... would put workers "
                              "in another container's namespace; name a network");
@@ -135,10 +136,15 @@ DockerLauncher::DockerLauncher(DockerOptions options) : options_(std::move(optio
                                            options_.network, DockerErrorMessage(net)));
     }
   }
-  spdlog::info("docker launcher: engine API {} on {}, image {}, network {}, pool label {}={}",
+  std::string mounts;
+  for (const DockerMount& m : options_.mounts) {
+    mounts += fmt::format("{}{}:{}", mounts.empty() ? "" : ", ", m.host_path, m.container_path);
+  }
+  spdlog::info("docker launcher: engine API {} on {}, image {}, network {}, pool label {}={}, "
+               "read-only mounts {}",
                api, options_.socket_path, options_.image,
                options_.network.empty() ? "(default bridge)" : options_.network, kPoolLabel,
-               options_.pool);
+               options_.pool, mounts.empty() ? "none" : mounts);
 }
 
 http::HttpResponse DockerLauncher::Call(http::Method method, const std::string& path,
@@ -171,6 +177,21 @@ std::string DockerLauncher::CreateBody(const std::string& id) const {
       {"RestartPolicy", {{"Name", "no"}}},
   };
   if (!options_.network.empty()) host["NetworkMode"] = options_.network;
+  if (!options_.mounts.empty()) {
+    // Mounts, not Binds: a missing source is an error at create (Binds would
+    // make an empty root-owned directory on the host), and NonRecursive
+    // keeps a mount below the source, which ReadOnly would not cover on
+    // this API version, out of the container.
+    json mounts = json::array();
+    for (const DockerMount& m : options_.mounts) {
+      mounts.push_back({{"Type", "bind"},
+                        {"Source", m.host_path},
+                        {"Target", m.container_path},
+                        {"ReadOnly", true},
+                        {"BindOptions", {{"NonRecursive", true}}}});
+    }
+    host["Mounts"] = std::move(mounts);
+  }
   if (options_.memory_bytes > 0) {
     host["Memory"] = options_.memory_bytes;
     host["MemorySwap"] = options_.memory_bytes;  // no swap on top

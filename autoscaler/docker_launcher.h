@@ -3,10 +3,11 @@
 //
 // Containers come from one fixed template: the configured image running
 //   /bin/sh -c 'exec fleet-worker --id ID WORKER_ARGS'
-// under docker-init, never privileged, no binds, all capabilities dropped,
+// under docker-init, never privileged, all capabilities dropped,
 // no-new-privileges, read-only root (a small tmpfs on /tmp), memory and pids
 // limits, restart policy "no" (the autoscaler replaces workers, the engine
-// must not resurrect retired ones), and the labels
+// must not resurrect retired ones), no binds but the checked, read-only,
+// non-recursive --docker-mount ones (see docker_mount.h), and the labels
 //   fleet.pool=POOL fleet.role=worker fleet.worker-id=ID
 //   fleet.metrics-port=PORT (when the worker serves /metrics)
 // which Prometheus' docker_sd_configs and this launcher select on. The
@@ -29,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "autoscaler/docker_mount.h"
 #include "autoscaler/launcher.h"
 #include "common/http_client.h"
 
@@ -50,6 +52,10 @@ struct DockerOptions {
   std::string worker_args;
   // KEY=VALUE pairs for the container's environment.
   std::vector<std::string> env;
+  // Read-only bind mounts into every worker (host paths as the engine on
+  // the host sees them), e.g. the worker's CURVE key and the broker's
+  // public key. Checked by the constructor (CheckDockerMounts).
+  std::vector<DockerMount> mounts;
   // The worker serves /metrics on 0.0.0.0:PORT (FLEET_METRICS) and the
   // container is labelled with the port; 0 turns it off.
   int metrics_port = 9752;
@@ -62,9 +68,10 @@ struct DockerOptions {
 
 class DockerLauncher : public Launcher {
  public:
-  // Checks that the engine answers on the socket, speaks API >= 1.41, has
-  // the image and (when named) the network. Throws std::runtime_error with
-  // a message saying what is wrong and what to do.
+  // Checks the mounts (std::invalid_argument, before any engine call), then
+  // that the engine answers on the socket, speaks API >= 1.41, has the
+  // image and (when named) the network. Throws std::runtime_error with a
+  // message saying what is wrong and what to do.
   explicit DockerLauncher(DockerOptions options);
   // Leaves the containers running: a restarted autoscaler adopts them.
   ~DockerLauncher() override = default;

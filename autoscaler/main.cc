@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <optional>
 #include <random>
 
 #include "autoscaler/autoscaler.h"
@@ -12,6 +13,7 @@
 #include "common/curve.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/metrics_server.h"
 #include "common/signals.h"
 
 namespace {
@@ -52,6 +54,11 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-source", source_spec,
                  "the broker's /metrics URL, or prometheus:http://HOST:9090 to query a "
                  "Prometheus server")->capture_default_str();
+  std::string source_auth_file;
+  app.add_option("--metrics-source-auth-file", source_auth_file,
+                 "HTTP basic auth for --metrics-source (a broker started with "
+                 "--metrics-auth-file, or a Prometheus behind auth): a file holding one line "
+                 "user:password, mode 0600 or 0400");
   app.add_option("--launcher", launcher_kind, "how workers start: process (local child "
                  "processes), docker (containers through the Docker Engine API), command (your "
                  "own start/stop commands)")->capture_default_str()
@@ -80,6 +87,13 @@ int main(int argc, char** argv) {
   app.add_option("--docker-env", docker.env,
                  "docker launcher: KEY=VALUE for the workers' environment (repeatable; "
                  "comma-separated in FLEET_DOCKER_ENV)")->delimiter(',');
+  std::vector<std::string> docker_mounts;
+  app.add_option("--docker-mount", docker_mounts,
+                 "docker launcher: HOST_PATH:CONTAINER_PATH bind-mounted read-only into every "
+                 "worker, e.g. a CURVE key (repeatable; comma-separated in FLEET_DOCKER_MOUNT). "
+                 "HOST_PATH is resolved by the Docker engine on the host, not in this "
+                 "container; both absolute; the Docker socket, /, /proc, /sys, /dev are "
+                 "refused")->delimiter(',');
   app.add_option("--docker-memory", docker_memory,
                  "docker launcher: memory limit per worker (bytes, or k/m/g; 0 = none)")
       ->capture_default_str();
@@ -129,13 +143,31 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(100, 600000));
   app.add_option("--id-prefix", o.pool.id_prefix,
                  "prefix of worker ids this autoscaler starts and adopts")->capture_default_str();
-  app.add_option("--metrics", metrics, "address:port for its own /metrics (\"\" turns it off)")
+  app.add_option("--metrics", metrics,
+                 "ADDRESS:PORT to bind its own /metrics on (0.0.0.0: every interface, "
+                 "127.0.0.1: this host only; port 0 picks one; \"\" turns it off); only "
+                 "/metrics is served")
       ->capture_default_str();
+  std::string metrics_auth_file;
+  AddMetricsAuthFlag(app, &metrics_auth_file);
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
   std::string curve_server_key, curve_key;
   AddCurveClientFlags(app, &curve_server_key, &curve_key);
   if (int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
+  std::optional<BasicAuth> metrics_auth, source_auth;
+  try {
+    metrics_auth = LoadMetricsFlags(metrics, metrics_auth_file);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fleet-autoscaler: %s\n", e.what());
+    return 2;
+  }
+  try {
+    if (!source_auth_file.empty()) source_auth = ReadBasicAuthFile(source_auth_file);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fleet-autoscaler: --metrics-source-auth-file: %s\n", e.what());
+    return 2;
+  }
 
   try {
     SetupLogging("fleet-autoscaler", log_level);
@@ -155,6 +187,9 @@ int main(int argc, char** argv) {
     if (launcher_kind != "command" && (!start_command.empty() || !stop_command.empty())) {
       spdlog::warn("--start-command/--stop-command are ignored with --launcher {}", launcher_kind);
     }
+    if (launcher_kind != "docker" && !docker_mounts.empty()) {
+      spdlog::warn("--docker-mount is ignored with --launcher {}", launcher_kind);
+    }
     if (launcher_kind == "command" && (!worker_args.empty() || !worker_bin.empty())) {
       spdlog::warn("--worker-args/--worker-bin are ignored with --launcher command");
     }
@@ -171,25 +206,28 @@ int main(int argc, char** argv) {
       if (!bytes) throw std::invalid_argument("--docker-memory: not a size: " + docker_memory);
       docker.memory_bytes = *bytes;
       if (!worker_bin.empty()) docker.worker_command = worker_bin;
+      for (const std::string& spec : docker_mounts) docker.mounts.push_back(ParseDockerMount(spec));
       docker.worker_args = worker_args;
       launcher = std::make_unique<DockerLauncher>(docker);
     }
-    auto source = MakeMetricsSource(source_spec, std::chrono::milliseconds(2000),
-                                    std::chrono::milliseconds(static_cast<long>(staleness_s * 1000)));
+    auto source = MakeMetricsSource(
+        source_spec, std::chrono::milliseconds(2000),
+        std::chrono::milliseconds(static_cast<long>(staleness_s * 1000)), source_auth);
     InstallStopSignals();
     zmq::context_t context(1);
     client::ControlClient::Options co;
     co.endpoint = control;
     co.socket.curve = LoadCurveClient(curve_server_key, curve_key);
     client::ControlClient ctl(context, co);
-    AutoscalerMetrics m(metrics);
+    AutoscalerMetrics m(metrics, metrics_auth);
     std::string tag = RandomTag();
     Autoscaler scaler(o, tag, *launcher, *source, ctl, m);
     spdlog::info("policy {}: min {} max {} target/worker {} idle {} s cooldown {} s "
                  "stabilization {} s poll {} ms; launcher {}; metrics source {}; control {}; "
                  "own metrics {}; worker ids {}{}-N",
                  policy, p.min_workers, p.max_workers, p.target_per_worker, idle_s, cooldown_s,
-                 stabilization_s, poll_ms, launcher->name(), source->Describe(), control,
+                 stabilization_s, poll_ms, launcher->name(),
+                 source->Describe() + (source_auth ? " (basic auth)" : ""), control,
                  m.url().empty() ? "off" : m.url(), o.pool.id_prefix, tag);
     SteadyClock clock;
     return scaler.Run(clock, [] { return StopRequested(); });

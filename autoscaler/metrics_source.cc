@@ -15,6 +15,23 @@ BrokerWorkerState StateFrom(double held, double retiring) {
   return held > 0 ? BrokerWorkerState::kBusy : BrokerWorkerState::kIdle;
 }
 
+http::HttpOptions WithAuth(const std::optional<BasicAuth>& auth) {
+  http::HttpOptions options;
+  if (auth) {
+    options.username = auth->username;
+    options.password = auth->password;
+  }
+  return options;
+}
+
+// Why a complete response was refused, with a hint for the one status an
+// operator can fix here.
+std::string StatusError(long status) {
+  std::string e = "HTTP status " + std::to_string(status);
+  if (status == 401 || status == 403) e += " (check --metrics-source-auth-file)";
+  return e;
+}
+
 }  // namespace
 
 static double WallNow() {
@@ -65,13 +82,17 @@ Observation ObservationFromPage(const prom::ParseResult& page, double wall_now,
 }
 
 ScrapeSource::ScrapeSource(std::string url, std::chrono::milliseconds timeout,
-                           std::chrono::milliseconds max_staleness)
-    : url_(std::move(url)), timeout_(timeout), max_staleness_(max_staleness) {}
+                           std::chrono::milliseconds max_staleness,
+                           const std::optional<BasicAuth>& auth)
+    : url_(std::move(url)),
+      timeout_(timeout),
+      max_staleness_(max_staleness),
+      request_(WithAuth(auth)) {}
 
 Observation ScrapeSource::Read(std::string* error) {
-  http::HttpResponse r = http_.Get(url_, timeout_);
+  http::HttpResponse r = http_.Get(url_, timeout_, request_);
   if (!r.ok()) {
-    *error = r.error.empty() ? "HTTP status " + std::to_string(r.status) : r.error;
+    *error = r.error.empty() ? StatusError(r.status) : r.error;
     return Observation{};
   }
   prom::ParseResult page = prom::ParsePromText(r.body);
@@ -83,14 +104,24 @@ Observation ScrapeSource::Read(std::string* error) {
 }
 
 PrometheusSource::PrometheusSource(std::string base, std::chrono::milliseconds timeout,
-                                   std::chrono::milliseconds max_staleness)
-    : base_(std::move(base)), timeout_(timeout), max_staleness_(max_staleness) {}
+                                   std::chrono::milliseconds max_staleness,
+                                   const std::optional<BasicAuth>& auth)
+    : base_(std::move(base)),
+      timeout_(timeout),
+      max_staleness_(max_staleness),
+      request_(WithAuth(auth)) {}
 
 bool PrometheusSource::Query(const std::string& promql, prom::QueryResult* out,
                              std::string* error) {
-  http::HttpResponse r = http_.Get(prom::QueryUrl(base_, promql), timeout_);
+  http::HttpResponse r = http_.Get(prom::QueryUrl(base_, promql), timeout_, request_);
   if (!r.error.empty()) {
     *error = "query " + promql + ": " + r.error;
+    return false;
+  }
+  // Prometheus answers a bad query with 400 and a JSON error, which the
+  // reader below reports; an auth failure has no JSON to read.
+  if (r.status == 401 || r.status == 403) {
+    *error = "query " + promql + ": " + StatusError(r.status);
     return false;
   }
   *out = prom::ParseQueryResponse(r.body);
@@ -153,14 +184,15 @@ Observation PrometheusSource::Read(std::string* error) {
 
 std::unique_ptr<MetricsSource> MakeMetricsSource(const std::string& spec,
                                                  std::chrono::milliseconds timeout,
-                                                 std::chrono::milliseconds max_staleness) {
+                                                 std::chrono::milliseconds max_staleness,
+                                                 const std::optional<BasicAuth>& auth) {
   const std::string prefix = "prometheus:";
   if (spec.rfind(prefix, 0) == 0) {
     return std::make_unique<PrometheusSource>(spec.substr(prefix.size()), timeout,
-                                              max_staleness);
+                                              max_staleness, auth);
   }
   if (spec.rfind("http://", 0) == 0 || spec.rfind("https://", 0) == 0) {
-    return std::make_unique<ScrapeSource>(spec, timeout, max_staleness);
+    return std::make_unique<ScrapeSource>(spec, timeout, max_staleness, auth);
   }
   throw std::invalid_argument("--metrics-source must be http://HOST:PORT/metrics or "
                               "prometheus:http://HOST:9090, not '" + spec + "'");

@@ -3,16 +3,20 @@
 //  - PrometheusSource: PromQL instant queries against a Prometheus server
 //    (as deployed with compose); staleness from timestamp() of the scrape.
 // A read that fails, times out or is older than max_staleness comes back
-// with fresh == false: the policy then freezes scale-down.
+// with fresh == false: the policy then freezes scale-down. Either source
+// sends HTTP basic auth when given credentials (--metrics-source-auth-file):
+// a broker's /metrics or a Prometheus server may sit behind it.
 //
 // Not thread-safe; blocking (bounded by the HTTP timeout).
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "autoscaler/pool.h"
+#include "common/basic_auth.h"
 #include "common/http_client.h"
 #include "common/prom_api.h"
 #include "common/prom_text.h"
@@ -40,7 +44,8 @@ Observation ObservationFromPage(const prom::ParseResult& page, double wall_now =
 class ScrapeSource : public MetricsSource {
  public:
   ScrapeSource(std::string url, std::chrono::milliseconds timeout,
-               std::chrono::milliseconds max_staleness = std::chrono::milliseconds(10000));
+               std::chrono::milliseconds max_staleness = std::chrono::milliseconds(10000),
+               const std::optional<BasicAuth>& auth = std::nullopt);
   Observation Read(std::string* error) override;
   std::string Describe() const override { return url_; }
 
@@ -48,6 +53,7 @@ class ScrapeSource : public MetricsSource {
   std::string url_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds max_staleness_;
+  http::HttpOptions request_;  // basic auth, when given
   http::HttpClient http_;
 };
 
@@ -56,7 +62,8 @@ class PrometheusSource : public MetricsSource {
   // `base`: http://host:9090. `max_staleness`: an answer whose newest
   // broker scrape is older than this is not fresh.
   PrometheusSource(std::string base, std::chrono::milliseconds timeout,
-                   std::chrono::milliseconds max_staleness);
+                   std::chrono::milliseconds max_staleness,
+                   const std::optional<BasicAuth>& auth = std::nullopt);
   Observation Read(std::string* error) override;
   std::string Describe() const override { return "prometheus:" + base_; }
 
@@ -67,13 +74,16 @@ class PrometheusSource : public MetricsSource {
   std::string base_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds max_staleness_;
+  http::HttpOptions request_;  // basic auth, when given
   http::HttpClient http_;
 };
 
 // "prometheus:http://host:9090" -> PrometheusSource, "http://..." ->
-// ScrapeSource. Throws std::invalid_argument on anything else.
-std::unique_ptr<MetricsSource> MakeMetricsSource(const std::string& spec,
-                                                 std::chrono::milliseconds timeout,
-                                                 std::chrono::milliseconds max_staleness);
+// ScrapeSource, either sending `auth` when set. Throws
+// std::invalid_argument on anything else.
+std::unique_ptr<MetricsSource> MakeMetricsSource(
+    const std::string& spec, std::chrono::milliseconds timeout,
+    std::chrono::milliseconds max_staleness,
+    const std::optional<BasicAuth>& auth = std::nullopt);
 
 }  // namespace fleet::autoscaler

@@ -377,12 +377,14 @@ void BrokerCore::FinishFailed(BatchSeq seq, std::string error, TimePoint now) {
 
 // ---- journal ----
 // Records: kAccepted = u32 id length | id | u32 queue length | queue | payload;
-// kFinished = id.
+// kFinished = id; kDispatched = u32 attempts | id (the attempt count, so a
+// restart does not give a batch a fresh set of attempts).
 
 namespace {
 
 constexpr std::uint8_t kAccepted = 1;
 constexpr std::uint8_t kFinished = 2;
+constexpr std::uint8_t kDispatched = 3;
 
 void PutField(std::string& out, std::string_view s) {
   PutLe32(out, static_cast<std::uint32_t>(s.size()));
@@ -409,6 +411,15 @@ void BrokerCore::JournalAccepted(const Batch& b, Journal& journal) const {
   journal.Append(kAccepted, body);
 }
 
+void BrokerCore::JournalDispatched(const Batch& b, Journal& journal) const {
+  // Not synced on its own either: a lost one only leaves the count lower.
+  std::string& body = journal_scratch_;
+  body.clear();
+  PutLe32(body, b.attempts);
+  body.append(b.id);
+  journal.Append(kDispatched, body, /*must_sync=*/false);
+}
+
 void BrokerCore::JournalFinished(std::string_view id) {
   // Not synced on its own: lost in a crash, the batch only runs again.
   if (journal_ != nullptr) journal_->Append(kFinished, id, /*must_sync=*/false);
@@ -427,13 +438,47 @@ void BrokerCore::Restore(std::uint8_t type, std::string_view body, TimePoint now
     }
   } else if (type == kFinished) {
     if (auto seq = batches_.FindId(body)) batches_.Erase(*seq);
+  } else if (type == kDispatched) {
+    if (body.size() < 5) throw JournalError("journal: unreadable dispatched-batch record");
+    const std::uint32_t attempts = ReadLe32(body.data());
+    if (auto seq = batches_.FindId(body.substr(4))) {
+      Batch* b = batches_.Get(*seq);
+      b->attempts = std::max(b->attempts, attempts);
+    }
   } else {
     throw JournalError("journal: unknown record type " + std::to_string(type));
   }
 }
 
 void BrokerCore::Snapshot(Journal& journal) const {
-  for (const Batch* b : batches_.InOrder()) JournalAccepted(*b, journal);
+  for (const Batch* b : batches_.InOrder()) {
+    JournalAccepted(*b, journal);
+    if (b->attempts > 0) JournalDispatched(*b, journal);
+  }
+}
+
+std::size_t BrokerCore::FinishRestore(TimePoint now) {
+  // A batch that was running its last attempt when the broker stopped has
+  // used them all, as if its worker had died: dead-letter it now. Its
+  // producer fetches the result.
+  std::vector<BatchSeq> exhausted;
+  for (const Batch* b : batches_.InOrder()) {
+    if (b->attempts >= options_.max_attempts) exhausted.push_back(*batches_.FindId(b->id));
+  }
+  for (BatchSeq seq : exhausted) {
+    Batch* b = batches_.Get(seq);
+    ++counters_.dead_lettered;
+    ++counters_.completed_failed;
+    spdlog::warn("batch {} dead-lettered after {} attempts (the broker stopped during the last)",
+                 b->id, b->attempts);
+    results_.Put(b->id, StoredResult{proto::Outcome::kFailed, b->attempts, "",
+                                     "dead-lettered after " + std::to_string(b->attempts) +
+                                         " attempts; the broker stopped during the last",
+                                     now});
+    JournalFinished(b->id);
+    batches_.Erase(seq);
+  }
+  return exhausted.size();
 }
 
 void BrokerCore::Requeue(BatchSeq seq, std::string_view why, TimePoint now) {
@@ -501,6 +546,7 @@ void BrokerCore::Pump(TimePoint now) {
     if (w->retiring) ++counters_.dispatched_to_retiring;  // never, by the check above
     wait_seconds_.Observe(SecondsBetween(b->enqueued_at, now));
     ++b->attempts;
+    if (journal_ != nullptr) JournalDispatched(*b, *journal_);
     b->worker = w->id;
     b->dispatched_at = now;
     --w->credit;

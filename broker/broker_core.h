@@ -105,7 +105,12 @@ class BrokerCore {
   // Replay of one journal record at start (before SetJournal). Throws
   // JournalError on a record it cannot read.
   void Restore(std::uint8_t type, std::string_view body, TimePoint now);
-  // Compaction: the records that bring back every batch not yet finished.
+  // After the replay and SetJournal: dead-letters every batch whose attempts
+  // the replay found used up (it was on its last when the broker stopped).
+  // Returns how many.
+  std::size_t FinishRestore(TimePoint now);
+  // Compaction: the records that bring back every batch not yet finished,
+  // with its attempts so far.
   void Snapshot(Journal& journal) const;
 
   // True when Pump could dispatch something right now.
@@ -169,6 +174,7 @@ class BrokerCore {
   Outbox outbox_;
   void JournalAccepted(const Batch& b, Journal& journal) const;
   void JournalFinished(std::string_view id);
+  void JournalDispatched(const Batch& b, Journal& journal) const;
 
   Journal* journal_ = nullptr;
   mutable std::string journal_scratch_;  // reused record buffer

@@ -64,6 +64,7 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
       core_.Restore(type, body, now);
     });
     core_.SetJournal(journal_.get());
+    core_.FinishRestore(now);
   }
   limits_.max_message_bytes = options.max_message_bytes;
   // Payload size is checked per batch by the core, so that one oversized

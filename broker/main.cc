@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <exception>
+#include <iostream>
+#include <optional>
 
 #include "broker/broker_metrics.h"
 #include "broker/broker_server.h"
@@ -62,8 +64,12 @@ int main(int argc, char** argv) {
                  "largest message (one frame) accepted from any peer")
       ->capture_default_str()->check(CLI::Range(1024ul, 1ul << 30));
   app.add_option("--metrics", metrics,
-                 "address:port for Prometheus /metrics (\"\" turns it off; port 0 picks one)")
+                 "ADDRESS:PORT to bind Prometheus /metrics on (0.0.0.0: every interface, "
+                 "127.0.0.1: this host only; port 0 picks one; \"\" turns it off); only "
+                 "/metrics is served")
       ->capture_default_str();
+  std::string metrics_auth_file;
+  AddMetricsAuthFlag(app, &metrics_auth_file);
   app.add_option("--curve-secret-key", o.curve_secret_key_file,
                  "CURVE on all three endpoints with this key pair file (fleet-ctl keygen); "
                  "needs the three allowlists");
@@ -84,6 +90,13 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
   if (int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
+  std::optional<BasicAuth> metrics_auth;
+  try {
+    metrics_auth = LoadMetricsFlags(metrics, metrics_auth_file);
+  } catch (const std::exception& e) {
+    std::cerr << "fleet-broker: " << e.what() << "\n";
+    return 2;
+  }
 
   try {
     SetupLogging("fleet-broker", log_level);
@@ -119,10 +132,11 @@ int main(int argc, char** argv) {
       registry = std::make_shared<prometheus::Registry>();
       metrics_state = std::make_unique<broker::BrokerMetrics>(*registry);
       metrics_state->Update(server.core(), clock.Now());
-      served = ServeMetrics(metrics, registry);
+      served = ServeMetrics(metrics, registry, metrics_auth);
       metrics_url = served.url;
       server.set_metrics(metrics_state.get());
       server.add_ready_line("metrics=" + metrics_url);
+      if (metrics_auth) metrics_url += " (basic auth)";
     }
     spdlog::info(
         "listening: frontend {} backend {} control {} metrics {}; max-queue {} max-attempts {} "

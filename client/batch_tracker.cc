@@ -133,6 +133,26 @@ bool BatchTracker::OnUnknown(std::string_view id) {
   return true;
 }
 
+std::size_t BatchTracker::ResendSent() {
+  // timers_ is ordered by deadline, and a sent batch's deadline is its send
+  // (or accept) time plus the same resend_after, so this walk re-sends in
+  // about the order they first went out, which keeps the broker's FIFO
+  // order for a restarted in-memory broker.
+  std::size_t moved = 0;
+  for (auto it = timers_.begin(); it != timers_.end();) {
+    Entry& e = batches_.find(it->second)->second;
+    if (e.state != State::kSent) {
+      ++it;
+      continue;
+    }
+    it = timers_.erase(it);
+    e.state = State::kResubmit;
+    resubmit_.push_back(e.batch.id);
+    ++moved;
+  }
+  return moved;
+}
+
 bool BatchTracker::Complete(std::string_view id) {
   auto it = batches_.find(id);
   if (it == batches_.end()) return false;
@@ -143,7 +163,9 @@ bool BatchTracker::Complete(std::string_view id) {
   Disarm(e);
   if (e.state == State::kResubmit) {
     // Rare (a late result for a batch being sent again) and the deque is
-    // short, so a linear erase beats lazy tombstones.
+    // short: even after a reconnect moved the whole window here, the
+    // producer sends it in the same Poll, before results can come for it.
+    // So a linear erase beats lazy tombstones.
     resubmit_.erase(std::find(resubmit_.begin(), resubmit_.end(), id));
   }
   batches_.erase(it);

@@ -12,6 +12,7 @@
 //               does not know.
 //   sent      - submitted (or accepted); a resend deadline is armed. When it
 //               passes the producer fetches the id, and the deadline re-arms.
+//               After a reconnect every sent batch becomes resubmit.
 //   retry     - rejected with queue_full; waits out its backoff, then becomes
 //               resubmit. Backoff doubles per consecutive rejection.
 // Every state but pending holds one slot of the in-flight window, so a full
@@ -96,6 +97,14 @@ class BatchTracker {
   // submitted again. Returns false when `id` is not outstanding or already
   // waiting to be sent again (nothing to do).
   bool OnUnknown(std::string_view id);
+
+  // The connection to the broker was replaced (the broker restarted, or the
+  // network dropped): every sent batch is to be submitted again at once,
+  // same id and payload, in the order it was sent; its resend deadline is
+  // disarmed until then. Batches waiting out a queue-full backoff keep it
+  // (the broker refused them; nothing of theirs is lost). Returns how many
+  // batches it moved.
+  std::size_t ResendSent();
 
   // `id` has its final answer: forgets it. Returns false when `id` is not
   // outstanding or was never sent (a stray or duplicate result).

@@ -3,6 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
 #include <utility>
 #include <variant>
 
@@ -25,6 +28,13 @@ std::chrono::milliseconds CeilMillis(Duration d) {
   return std::chrono::ceil<std::chrono::milliseconds>(d);
 }
 
+// inproc names are per context; one counter for the process keeps them
+// distinct in every context.
+std::string NextMonitorEndpoint() {
+  static std::atomic<unsigned> counter{0};
+  return "inproc://fleet-producer-monitor-" + std::to_string(++counter);
+}
+
 }  // namespace
 
 Producer::Producer(zmq::context_t& context, Options options,
@@ -32,6 +42,7 @@ Producer::Producer(zmq::context_t& context, Options options,
     : options_(std::move(options)),
       on_result_(std::move(on_result)),
       clock_(&clock),
+      monitor_(context, zmq::socket_type::pair),
       socket_(context, zmq::socket_type::dealer),
       tracker_(BatchTracker::Options{options_.max_in_flight,
                                      options_.retry_initial,
@@ -43,6 +54,17 @@ Producer::Producer(zmq::context_t& context, Options options,
   // Queue nothing for a broker we are not connected to: a send then fails
   // at once and the batches stay in our book instead of a dead pipe.
   socket_.set(zmq::sockopt::immediate, 1);
+  // Watch the connection before making it, so the first handshake is seen.
+  // HANDSHAKE_SUCCEEDED rather than CONNECTED: the pipe is usable (and, with
+  // CURVE, the broker accepted our key) only once the handshake is done.
+  const std::string monitor_endpoint = NextMonitorEndpoint();
+  if (zmq_socket_monitor(socket_.handle(), monitor_endpoint.c_str(),
+                         ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                             ZMQ_EVENT_DISCONNECTED) != 0) {
+    throw zmq::error_t();
+  }
+  monitor_.set(zmq::sockopt::linger, 0);
+  monitor_.connect(monitor_endpoint);
   socket_.connect(options_.endpoint);
 }
 
@@ -82,18 +104,56 @@ std::size_t Producer::Poll(std::chrono::milliseconds timeout) {
     wait = std::clamp(CeilMillis(*next - now), std::chrono::milliseconds(0),
                       wait);
   }
-  zmq::pollitem_t item{socket_.handle(), 0,
-                       static_cast<short>(ZMQ_POLLIN |
-                                          (send_blocked_ ? ZMQ_POLLOUT : 0)),
-                       0};
-  PollNoThrow(&item, 1, wait);
-  if (item.revents & ZMQ_POLLOUT) send_blocked_ = false;
+  zmq::pollitem_t items[] = {
+      {socket_.handle(), 0,
+       static_cast<short>(ZMQ_POLLIN | (send_blocked_ ? ZMQ_POLLOUT : 0)), 0},
+      {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
+  PollNoThrow(items, 2, wait);
+  if (items[0].revents & ZMQ_POLLOUT) send_blocked_ = false;
 
   now = clock_->Now();
-  if (item.revents & ZMQ_POLLIN) delivered += Receive(now);
-  // Results free window slots; fill them now rather than a Poll later.
+  if (items[0].revents & ZMQ_POLLIN) delivered += Receive(now);
+  // After Receive, so results already here are not re-sent for.
+  if (items[1].revents & ZMQ_POLLIN) ReadMonitor();
+  // Results free window slots, a reconnect queues re-sends: send them now
+  // rather than a Poll later.
   Flush(now);
   return delivered;
+}
+
+void Producer::ReadMonitor() {
+  // Each event is [u16 event, u32 value][endpoint].
+  while (RecvMultipart(monitor_, &frames_)) {
+    std::uint16_t event = 0;
+    if (frames_.empty() || frames_[0].size() < sizeof event) continue;
+    std::memcpy(&event, frames_[0].data(), sizeof event);
+    if (event == ZMQ_EVENT_DISCONNECTED) {
+      // Nothing to do yet: once libzmq has closed the old pipe, sends fail
+      // (ZMQ_IMMEDIATE) and batches stay in the book. Re-sending here
+      // instead of at the handshake would race it: it reports the
+      // disconnect before it closes that pipe, so a SUBMIT can still go
+      // into it and be dropped (the tests have seen it).
+      ++counters_.disconnects;
+    } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      // The first connection follows nothing: with ZMQ_IMMEDIATE no send
+      // succeeds before a handshake, so whatever is sent went over it.
+      if (++counters_.connections > 1) OnReconnect();
+    }
+  }
+}
+
+void Producer::OnReconnect() {
+  ++counters_.reconnects;
+  // The re-submits answer every fetch still waiting to go out.
+  fetch_queue_.clear();
+  const std::size_t resent = tracker_.ResendSent();
+  counters_.reconnect_resends += resent;
+  // A new connection is a new pipe: try it rather than wait for POLLOUT.
+  send_blocked_ = false;
+  // Batches sent over the new connection before its event was read go out
+  // twice; the broker's dedup makes that harmless, and it covers those sent
+  // into the dying old pipe.
+  if (on_reconnect_) on_reconnect_(resent);
 }
 
 void Producer::Flush(TimePoint now) {

@@ -1,12 +1,45 @@
 // Producer: the client side of the broker's frontend. Submits batches over
 // one DEALER socket with a bounded in-flight window, coalesces many batches
-// into one SUBMIT, retries queue-full rejections with backoff, fetches
-// batches whose result is overdue and submits again the ones the broker lost,
-// and hands each submitted id's result to a callback exactly once.
+// into one SUBMIT, retries queue-full rejections with backoff, re-sends every
+// batch without a result as soon as the connection to the broker comes back,
+// fetches batches whose result is overdue and submits again the ones the
+// broker lost, and hands each submitted id's result to a callback exactly
+// once.
 //
-// Owns its socket (connected to Options::endpoint) and a copy of every batch
-// without a result (see BatchTracker). Borrows the ZeroMQ context and the
-// clock, which must outlive it. Move-only.
+// Reconnects. A ZeroMQ socket monitor on the DEALER (an inproc PAIR, polled
+// by Poll beside the DEALER: no thread, no sleep) reports each completed
+// handshake with the broker. Every handshake after the first is a new
+// connection: the broker restarted (an in-memory one lost every batch), or
+// the network dropped (the broker kept the batches, but its results for
+// them went to the old connection's routing id and were dropped). Either
+// way libzmq also dropped whatever was still queued for the old connection
+// (ZMQ_IMMEDIATE). So on each reconnect every batch that was sent and has
+// no result is submitted again at once with the same id and payload, and
+// the reconnect callback is told how many. Not on the disconnect: libzmq
+// reports it a moment before it closes the old pipe, so a SUBMIT sent then
+// is dropped too; at the handshake it is one of the batches re-sent.
+//
+// Why re-SUBMIT and not FETCH-then-submit: the broker deduplicates SUBMIT by
+// id, checked before any queue limit (docs/protocol.md, SUBMIT): an id with
+// a retained result is accepted and its result sent again, nothing runs; an
+// id still queued or running is accepted and re-owned by this connection,
+// nothing runs again; only an id it does not know (a restarted in-memory
+// broker, or a result past its retention) runs. That covers every answer
+// FETCH could give, in one round trip instead of two, and a known id is
+// never refused as queue-full. It costs the payloads of the window sent
+// again, once per reconnect. Duplicate results (a result that was already on
+// its way, plus the retained copy the re-SUBMIT brings back) are dropped here
+// by id, so the application still sees each result once.
+//
+// The resend_after timer stays as the safety net for a batch lost while the
+// connection stayed up (a result the broker could not deliver, a peer gone
+// silent without a disconnect): it fetches the overdue ids and submits again
+// the ones the broker answers "unknown".
+//
+// Owns its sockets (the DEALER, connected to Options::endpoint, and its
+// monitor) and a copy of every batch without a result (see BatchTracker).
+// Borrows the ZeroMQ context and the clock, which must outlive it.
+// Move-only.
 //
 // Not thread-safe: one thread calls Submit and Poll (the process's loop).
 #pragma once
@@ -19,6 +52,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "client/batch_tracker.h"
@@ -54,7 +88,9 @@ class Producer {
     Duration retry_initial = std::chrono::milliseconds(10);
     Duration retry_max = std::chrono::seconds(1);
     // A batch sent this long ago without a result is fetched; if the broker
-    // answers "unknown" it is submitted again. Seconds to minutes.
+    // answers "unknown" it is submitted again. A reconnect re-sends at once
+    // without waiting for this; it is the net for batches lost while the
+    // connection stayed up. Seconds to minutes.
     Duration resend_after = std::chrono::seconds(10);
     SocketLimits socket;
     proto::Limits limits;  // applied to what the broker sends, and to Submit
@@ -70,18 +106,31 @@ class Producer {
     std::uint64_t duplicates_dropped = 0;  // results for ids not outstanding
     std::uint64_t fetches = 0;             // ids fetched because overdue
     std::uint64_t resends = 0;             // ids submitted again (unknown)
+    std::uint64_t connections = 0;         // handshakes with the broker
+    std::uint64_t disconnects = 0;         // connections lost
+    std::uint64_t reconnects = 0;          // connections after the first
+    std::uint64_t reconnect_resends = 0;   // batches re-sent on reconnects
     std::uint64_t errors = 0;              // ERROR messages from the broker
     std::uint64_t malformed = 0;           // frames we could not decode
   };
 
   using ResultCallback = std::function<void(const ResultView&)>;
+  // Told, from Poll, of each reconnect and how many batches it re-sends.
+  using ReconnectCallback = std::function<void(std::size_t resent)>;
 
   // Connects (lazily: ZeroMQ connects in the background). Throws
-  // zmq::error_t on a malformed endpoint. `on_result` must not call Poll.
+  // zmq::error_t on a malformed endpoint or when the socket cannot be
+  // monitored. `on_result` must not call Poll.
   Producer(zmq::context_t& context, Options options, ResultCallback on_result,
            const Clock& clock);
   Producer(Producer&&) = default;
   Producer& operator=(Producer&&) = delete;
+
+  // Replaces the reconnect callback (none by default). It must not call
+  // Poll.
+  void set_on_reconnect(ReconnectCallback on_reconnect) {
+    on_reconnect_ = std::move(on_reconnect);
+  }
 
   // Copies the batch into the pending FIFO; it is sent by Poll when the
   // window has room. An empty queue means "default". Returns false (and
@@ -93,9 +142,10 @@ class Producer {
 
   // Runs the I/O once: sends what the window allows, waits up to `timeout`
   // (less when a retry or resend comes due, 0 if a result is already
-  // waiting) for the broker, handles everything received and calls the
-  // result callback. Returns the number of results delivered. Returns early
-  // on a signal. Throws only on ZeroMQ failures that are not the peer's.
+  // waiting) for the broker, handles everything received, re-sends after a
+  // reconnect, and calls the callbacks. Returns the number of results
+  // delivered. Returns early on a signal. Throws only on ZeroMQ failures
+  // that are not the peer's.
   std::size_t Poll(std::chrono::milliseconds timeout);
 
   // Submitted and without a result yet (pending + in flight).
@@ -112,12 +162,16 @@ class Producer {
   bool FlushFetches();
   std::size_t Receive(TimePoint now);
   std::size_t Handle(const proto::Message& message, TimePoint now);
+  void ReadMonitor();
+  void OnReconnect();
   std::size_t DeliverLocalRejections();
   void Deliver(const ResultView& view);
 
   Options options_;
   ResultCallback on_result_;
+  ReconnectCallback on_reconnect_;
   const Clock* clock_;
+  zmq::socket_t monitor_;  // PAIR: socket_'s connection events
   zmq::socket_t socket_;
   BatchTracker tracker_;
   std::vector<std::string> fetch_queue_;  // ids to FETCH, not yet sent

@@ -37,6 +37,7 @@ struct Config {
   std::size_t inflight = 1000;
   std::string queue = "default";
   std::string output;
+  std::string ledger;
   double timeout_seconds = 0;
   double resend_after_seconds = 10;
   std::string log_level = "info";
@@ -100,6 +101,11 @@ int Run(const Config& config) {
     }
     output = &output_file;
   }
+  std::ofstream ledger;
+  if (!config.ledger.empty()) {
+    ledger.open(config.ledger, std::ios::out | std::ios::trunc);
+    if (!ledger) throw std::runtime_error("cannot write --ledger " + config.ledger);
+  }
   PayloadSource source(config);
 
   SubmitSummary summary;
@@ -112,6 +118,7 @@ int Run(const Config& config) {
     if (output != nullptr) {
       *output << fleet::client::ResultJsonLine(r) << '\n';
     }
+    if (ledger.is_open()) ledger << fleet::client::LedgerResultLine(r) << '\n';
   };
 
   fleet::SteadyClock clock;
@@ -129,6 +136,11 @@ int Run(const Config& config) {
     throw std::runtime_error("cannot connect to --broker " + config.broker +
                              ": " + e.what());
   }
+  // One line per reconnect, never per batch.
+  producer->set_on_reconnect([](std::size_t resent) {
+    spdlog::info("reconnected to broker; re-sending {} batches without a result",
+                 resent);
+  });
   fleet::InstallStopSignals();
 
   const std::string prefix = RunPrefix();
@@ -153,6 +165,7 @@ int Run(const Config& config) {
         break;
       }
       (void)producer->Submit(id, config.queue, payload);  // ids are unique
+      if (ledger.is_open()) ledger << fleet::client::LedgerSubmitLine(id, payload) << '\n';
       ++summary.submitted;
     }
     if (exhausted && producer->outstanding() == 0) break;
@@ -190,10 +203,11 @@ int Run(const Config& config) {
   const auto& c = producer->counters();
   spdlog::debug(
       "messages={} acks={} queue_full_retries={} duplicates_dropped={} "
-      "fetches={} resends={} errors={}",
+      "fetches={} resends={} reconnects={} reconnect_resends={} errors={}",
       c.submit_messages, c.acks, c.queue_full_retries, c.duplicates_dropped,
-      c.fetches, c.resends, c.errors);
+      c.fetches, c.resends, c.reconnects, c.reconnect_resends, c.errors);
   if (output != nullptr) output->flush();
+  if (ledger.is_open()) ledger.flush();
   std::cout << fleet::client::SummaryLine(summary) << std::endl;
   return summary.lost() == 0 ? 0 : 1;
 }
@@ -226,6 +240,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--output", config.output,
                  "write one JSON line per result to FILE (- for stdout)");
+  app.add_option("--ledger", config.ledger,
+                 "write the fault-test ledger to FILE: a line per batch submitted "
+                 "and per result received (see tests/support/ledger.h)");
   app.add_option("--timeout-seconds", config.timeout_seconds,
                  "stop waiting after S seconds (0: wait forever); batches "
                  "without a result count as lost")
@@ -233,7 +250,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--resend-after-seconds", config.resend_after_seconds,
                  "a batch without a result this long is fetched from the broker, and "
-                 "sent again if the broker lost it (a restart)")
+                 "sent again if the broker lost it (a reconnect to the broker "
+                 "re-sends every batch without a result at once)")
       ->check(CLI::Range(0.05, 86400.0))
       ->capture_default_str();
   app.add_option("--log-level", config.log_level,

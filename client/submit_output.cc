@@ -54,6 +54,34 @@ std::string ResultJsonLine(const ResultView& r) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+std::uint64_t Fnv1a64(std::string_view bytes) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string LedgerSubmitLine(std::string_view id, std::string_view payload) {
+  char tail[48];
+  std::snprintf(tail, sizeof tail, " %016llx %zu",
+                static_cast<unsigned long long>(Fnv1a64(payload)), payload.size());
+  std::string line = "submit ";
+  line.append(id).append(tail);
+  return line;
+}
+
+std::string LedgerResultLine(const ResultView& r) {
+  char tail[64];
+  std::snprintf(tail, sizeof tail, " %s %u %016llx",
+                r.outcome == proto::Outcome::kOk ? "ok" : "failed", r.attempts,
+                static_cast<unsigned long long>(Fnv1a64(r.result)));
+  std::string line = "result ";
+  line.append(r.id).append(tail);
+  return line;
+}
+
 std::string SummaryLine(const SubmitSummary& s) {
   std::uint64_t done = s.ok + s.failed;
   double rate = s.seconds > 0 ? static_cast<double>(done) / s.seconds : 0.0;

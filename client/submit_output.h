@@ -23,6 +23,17 @@ std::string GeneratePayload(std::string_view id, std::size_t size);
 // "result_base64". Invalid UTF-8 in id or error is replaced (U+FFFD).
 std::string ResultJsonLine(const ResultView& result);
 
+// The fault-test ledger (fleet-submit --ledger): one line per batch handed
+// to the producer and one per result handed to the application, so a
+// checker can tell lost, duplicated and unexpected results apart.
+//   submit ID HASH LEN
+//   result ID ok|failed ATTEMPTS HASH
+// HASH is the 16-hex-digit FNV-1a 64 of the payload / result. Ids never
+// contain spaces (fleet-submit makes them).
+std::uint64_t Fnv1a64(std::string_view bytes);
+std::string LedgerSubmitLine(std::string_view id, std::string_view payload);
+std::string LedgerResultLine(const ResultView& result);
+
 struct SubmitSummary {
   std::uint64_t submitted = 0;  // batches handed to Producer::Submit
   std::uint64_t ok = 0;

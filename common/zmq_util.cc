@@ -11,7 +11,13 @@ void ApplySocketOptions(zmq::socket_t& socket, const SocketLimits& limits,
   socket.set(zmq::sockopt::sndhwm, limits.sndhwm);
   socket.set(zmq::sockopt::rcvhwm, limits.rcvhwm);
   socket.set(zmq::sockopt::linger, limits.linger_ms);
-  if (router) socket.set(zmq::sockopt::router_mandatory, 1);
+  if (router) {
+    socket.set(zmq::sockopt::router_mandatory, 1);
+    // libzmq's default listen backlog (100) overflows under a connection
+    // burst (a flood, or every client reconnecting after a broker restart)
+    // and the dropped SYNs cost their clients a 1 s retransmit each.
+    socket.set(zmq::sockopt::backlog, 1024);
+  }
   if (!router) ApplyCurveClient(socket, limits.curve);
 }
 

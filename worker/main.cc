@@ -14,6 +14,7 @@
 #include "common/curve.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/metrics_server.h"
 #include "common/signals.h"
 #include "worker/worker.h"
 
@@ -62,7 +63,11 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->capture_default_str();
   app.add_option("--metrics", options.metrics,
-                 "address:port to serve Prometheus /metrics on (e.g. 0.0.0.0:9752); off when empty");
+                 "ADDRESS:PORT to bind Prometheus /metrics on (0.0.0.0:9752: every interface, "
+                 "127.0.0.1:9752: this host only; port 0 picks one); off when empty; only "
+                 "/metrics is served");
+  std::string metrics_auth_file;
+  fleet::AddMetricsAuthFlag(app, &metrics_auth_file);
   app.add_option("--heartbeat-ms", heartbeat_ms,
                  "heartbeat interval until the broker's WELCOME sets one")
       ->check(CLI::Range(10, 3'600'000))
@@ -82,6 +87,7 @@ int main(int argc, char** argv) {
   try {
     fleet::SetupLogging("fleet-worker", log_level);
     options.socket_limits.curve = fleet::LoadCurveClient(curve_server_key, curve_key);
+    options.metrics_auth = fleet::LoadMetricsFlags(options.metrics, metrics_auth_file);
   } catch (const std::exception& e) {
     std::cerr << "fleet-worker: " << e.what() << "\n";
     return 2;

@@ -97,7 +97,8 @@ Worker::Worker(WorkerOptions options)
                                      options_.limits.max_payload_bytes,
                                      kMaxErrorBytes);
   if (!options_.metrics.empty()) {
-    metrics_ = std::make_unique<WorkerMetrics>(options_.metrics, options_.concurrency);
+    metrics_ = std::make_unique<WorkerMetrics>(options_.metrics, options_.concurrency,
+                                               options_.metrics_auth);
     spdlog::info("worker {}: metrics on {}", options_.id, metrics_->url());
   }
 }

@@ -45,6 +45,7 @@ struct WorkerOptions {
   SocketLimits socket_limits;     // for the DEALER
   proto::Limits limits;           // on what the broker sends us
   std::string metrics;            // address:port for /metrics; "" = off
+  std::optional<BasicAuth> metrics_auth;  // basic auth on /metrics; none = open
 };
 
 // Throws std::invalid_argument naming the first bad field.

@@ -21,7 +21,8 @@ prometheus::Family<prometheus::Counter>& Processed(prometheus::Registry& r) {
 
 }  // namespace
 
-WorkerMetrics::WorkerMetrics(const std::string& bind_address, int slots)
+WorkerMetrics::WorkerMetrics(const std::string& bind_address, int slots,
+                             const std::optional<BasicAuth>& auth)
     : registry_(NewRegistry()),
       processed_ok_(Processed(*registry_).Add({{"outcome", "ok"}})),
       processed_failed_(Processed(*registry_).Add({{"outcome", "failed"}})),
@@ -41,7 +42,7 @@ WorkerMetrics::WorkerMetrics(const std::string& bind_address, int slots)
                            .Register(*registry_)
                            .Add({}, LatencyBuckets())) {
   slots_.Set(slots);
-  served_ = ServeMetrics(bind_address, registry_);
+  served_ = ServeMetrics(bind_address, registry_, auth);
 }
 
 }  // namespace fleet::worker

@@ -11,6 +11,7 @@
 #include <prometheus/registry.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/metrics_server.h"
@@ -19,9 +20,11 @@ namespace fleet::worker {
 
 class WorkerMetrics {
  public:
-  // Serves /metrics on `bind_address` ("0.0.0.0:9752", "127.0.0.1:0").
-  // Throws std::runtime_error naming the address when it cannot bind.
-  WorkerMetrics(const std::string& bind_address, int slots);
+  // Serves /metrics on `bind_address` ("0.0.0.0:9752", "127.0.0.1:0"),
+  // behind basic auth when `auth` is set. Throws std::invalid_argument on a
+  // bad address, std::runtime_error naming it when it cannot bind.
+  WorkerMetrics(const std::string& bind_address, int slots,
+                const std::optional<BasicAuth>& auth = std::nullopt);
 
   void OnCompleted(bool ok, double seconds) {
     (ok ? processed_ok_ : processed_failed_).Increment();

@@ -103,7 +103,7 @@ class DockerLauncherFakeTest : public ::testing::Test {
 std::string ThrownBy(const std::function<void()>& f) {
   try {
     f();
-  } catch (const std::runtime_error& e) {
+  } catch (const std::exception& e) {
     return e.what();
   }
   return "(nothing thrown)";
@@ -188,6 +188,56 @@ TEST_F(DockerLauncherFakeTest, ContainerTemplateIsLockedDown) {
   EXPECT_FALSE(h.contains("Binds"));
   EXPECT_FALSE(h.contains("Mounts"));
   EXPECT_EQ(l.ContainerName("fleet-as-ab-1"), "p1-fleet-as-ab-1");
+}
+
+TEST_F(DockerLauncherFakeTest, DockerMountsAreReadOnlyNonRecursiveBindsInTheTemplate) {
+  DockerOptions o = Options();
+  o.mounts = {{"/srv/fleet/keys/worker.key", "/run/secrets/worker.key"},
+              {"/srv/fleet/keys/broker.pub", "/run/secrets/broker.pub"}};
+  DockerLauncher l(o);
+  std::string err;
+  ASSERT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;
+  // What the engine got, not only what CreateBody says.
+  json body = json::parse(engine_.LastBody("POST /v1.41/containers/create"));
+  const json& h = body["HostConfig"];
+  EXPECT_FALSE(h.contains("Binds"));
+  ASSERT_EQ(h["Mounts"].size(), 2u);
+  EXPECT_EQ(h["Mounts"][0],
+            json({{"Type", "bind"},
+                  {"Source", "/srv/fleet/keys/worker.key"},
+                  {"Target", "/run/secrets/worker.key"},
+                  {"ReadOnly", true},
+                  {"BindOptions", {{"NonRecursive", true}}}}));
+  EXPECT_EQ(h["Mounts"][1]["Source"], "/srv/fleet/keys/broker.pub");
+  EXPECT_EQ(h["Mounts"][1]["Target"], "/run/secrets/broker.pub");
+  EXPECT_EQ(h["Mounts"][1]["ReadOnly"], true);
+  // The rest of the template does not loosen because of them.
+  EXPECT_EQ(h["Privileged"], false);
+  EXPECT_EQ(h["ReadonlyRootfs"], true);
+  EXPECT_EQ(h["CapDrop"][0], "ALL");
+}
+
+TEST_F(DockerLauncherFakeTest, BadDockerMountIsRefusedBeforeTheEngineIsAsked) {
+  const std::pair<DockerMount, const char*> cases[] = {
+      {{"/var/run/docker.sock", "/var/run/docker.sock"}, "socket"},
+      {{"/var/run", "/host-run"}, "socket"},
+      {{"keys/worker.key", "/run/secrets/worker.key"}, "clean absolute path"},
+      {{"/srv/keys/../../", "/k"}, "clean absolute path"},
+      {{"/srv/keys", "/run/secrets:rw"}, "':'"},
+      {{"/", "/host"}, "root directory"},
+  };
+  for (const auto& [mount, why] : cases) {
+    DockerOptions o = Options();
+    o.mounts = {mount};
+    EXPECT_THAT(ThrownBy([&] { DockerLauncher l(o); }), HasSubstr(why)) << mount.host_path;
+  }
+  // The launcher's own socket, wherever it is, counts as the Docker socket.
+  DockerOptions o = Options();
+  o.mounts = {{dir_.path(), "/d"}};
+  EXPECT_THAT(ThrownBy([&] { DockerLauncher l(o); }), HasSubstr("socket"));
+  o.mounts = {{"/srv/a", "/run/secrets/k"}, {"/srv/b", "/run/secrets/k"}};
+  EXPECT_THAT(ThrownBy([&] { DockerLauncher l(o); }), HasSubstr("a second mount"));
+  EXPECT_TRUE(engine_.requests().empty());
 }
 
 TEST_F(DockerLauncherFakeTest, StartCreatesAndStartsANamedContainer) {

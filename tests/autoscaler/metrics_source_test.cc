@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <string>
+
+#include "tests/support/http_server.h"
 
 namespace fleet::autoscaler {
 namespace {
@@ -100,6 +104,71 @@ TEST(MetricsSourceTest, PageLastRefreshedLongAgoIsStale) {
   Observation stale = ObservationFromPage(parsed, 1060, std::chrono::milliseconds(10000), &error);
   EXPECT_FALSE(stale.fresh);
   EXPECT_NE(error.find("60 s ago"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace fleet::autoscaler
+
+namespace fleet::autoscaler {
+namespace {
+
+using fleet::testing::Reply;
+using fleet::testing::Request;
+using fleet::testing::TestServer;
+
+// base64("prom:s3cret pass")
+const char* kRightAuth = "Basic cHJvbTpzM2NyZXQgcGFzcw==";
+
+// Answers `body` to requests with the right credentials, 401 to the rest.
+TestServer ProtectedServer(std::string body) {
+  return TestServer([body](const Request& r) {
+    auto it = r.headers.find("authorization");
+    if (it == r.headers.end() || it->second != kRightAuth) {
+      return Reply(401, "", "WWW-Authenticate: Basic realm=\"fleet metrics\"\r\n");
+    }
+    return Reply(200, body);
+  });
+}
+
+TEST(MetricsSourceTest, ScrapeSourceSendsBasicAuthAndNamesTheFlagOn401) {
+  TestServer server = ProtectedServer(kBrokerPage);
+  std::string error;
+  ScrapeSource with(server.url() + "/metrics", std::chrono::milliseconds(5000),
+                    std::chrono::milliseconds(10000), BasicAuth{"prom", "s3cret pass"});
+  EXPECT_TRUE(with.Read(&error).fresh) << error;
+  ScrapeSource wrong(server.url() + "/metrics", std::chrono::milliseconds(5000),
+                     std::chrono::milliseconds(10000), BasicAuth{"prom", "wrong"});
+  EXPECT_FALSE(wrong.Read(&error).fresh);
+  ScrapeSource without(server.url() + "/metrics", std::chrono::milliseconds(5000));
+  error.clear();
+  EXPECT_FALSE(without.Read(&error).fresh);
+  EXPECT_NE(error.find("401"), std::string::npos) << error;
+  EXPECT_NE(error.find("--metrics-source-auth-file"), std::string::npos) << error;
+}
+
+TEST(MetricsSourceTest, PrometheusSourceSendsBasicAuthWithEveryQuery) {
+  // Every query gets one sample whose value is "now": fresh, and no workers.
+  double now = std::chrono::duration<double>(
+                   std::chrono::system_clock::now().time_since_epoch()).count();
+  std::string answer = R"({"status":"success","data":{"resultType":"vector","result":[)"
+                       R"({"metric":{},"value":[)" + std::to_string(now) + R"(,")" +
+                       std::to_string(now) + R"("]}]}})";
+  TestServer server = ProtectedServer(answer);
+  auto source = MakeMetricsSource("prometheus:" + server.url(), std::chrono::milliseconds(5000),
+                                  std::chrono::milliseconds(60000),
+                                  BasicAuth{"prom", "s3cret pass"});
+  std::string error;
+  EXPECT_TRUE(source->Read(&error).fresh) << error;
+  auto requests = server.requests();
+  ASSERT_GT(requests.size(), 1u);
+  for (const auto& r : requests) EXPECT_EQ(r.headers.at("authorization"), kRightAuth) << r.target;
+
+  auto without = MakeMetricsSource("prometheus:" + server.url(), std::chrono::milliseconds(5000),
+                                   std::chrono::milliseconds(60000));
+  error.clear();
+  EXPECT_FALSE(without->Read(&error).fresh);
+  EXPECT_NE(error.find("401"), std::string::npos) << error;
+  EXPECT_NE(error.find("--metrics-source-auth-file"), std::string::npos) << error;
 }
 
 }  // namespace

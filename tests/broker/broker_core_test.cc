@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "broker/journal.h"
 #include "common/codec.h"
+#include "tests/support/process.h"
 
 namespace fleet::broker {
 namespace {
@@ -510,6 +512,93 @@ TEST_F(BrokerCoreTest, OversizedResultBecomesAFailureAndLongErrorsAreCut) {
   EXPECT_NE(results[0].second->error.find("--max-batch-bytes"), std::string::npos);
   EXPECT_LT(results[1].second->error.size(), long_error.size());
   EXPECT_FALSE(results[1].second->error.empty());
+}
+
+}  // namespace
+}  // namespace fleet::broker
+
+namespace fleet::broker {
+namespace {
+
+// Durable mode: the attempts a batch has used survive a restart from the
+// journal (and a compaction), and a batch that was on its last attempt when
+// the broker stopped is dead-lettered at once instead of running again.
+class BrokerCoreJournalTest : public BrokerCoreTest {
+ protected:
+  BrokerCoreJournalTest() {
+    jo_.dir = dir_.File("data");
+    o_.max_attempts = 3;
+    Restart();
+  }
+  // A new core replays the journal, as a broker start does.
+  void Restart() {
+    if (journal_) journal_->Commit();
+    journal_.reset();
+    Reset(o_);
+    journal_ = Journal::Open(jo_, [&](std::uint8_t type, std::string_view body) {
+      core_->Restore(type, body, clock_.Now());
+    });
+    core_->SetJournal(journal_.get());
+    restored_dead_ = core_->FinishRestore(clock_.Now());
+  }
+  // Dispatches to a fresh worker that then dies: one attempt used.
+  void RunOnAWorkerThatDies(const std::string& name) {
+    Hello("I-" + name, name, 1);
+    PumpAndFlush();
+    clock_.Advance(std::chrono::seconds(4));
+    core_->Tick(clock_.Now());
+    PumpAndFlush();
+  }
+  std::uint32_t Attempts(const std::string& id) {
+    auto seq = core_->batches().FindId(id);
+    return seq ? core_->batches().Get(*seq)->attempts : 0;
+  }
+
+  fleet::testing::TempDir dir_;
+  JournalOptions jo_;
+  BrokerOptions o_;
+  std::unique_ptr<Journal> journal_;
+  std::size_t restored_dead_ = 0;
+};
+
+TEST_F(BrokerCoreJournalTest, AttemptsSurviveRestartsAndCompaction) {
+  Submit("P", {"a"});
+  RunOnAWorkerThatDies("w1");
+  EXPECT_EQ(Attempts("a"), 1u);
+  Restart();
+  EXPECT_EQ(Attempts("a"), 1u);
+  EXPECT_EQ(restored_dead_, 0u);
+  // A compaction rewrites the live set with its attempts.
+  journal_->Compact([&](Journal& j) { core_->Snapshot(j); });
+  Restart();
+  EXPECT_EQ(Attempts("a"), 1u);
+  RunOnAWorkerThatDies("w2");
+  Restart();
+  EXPECT_EQ(Attempts("a"), 2u);
+}
+
+TEST_F(BrokerCoreJournalTest, BatchOnItsLastAttemptWhenTheBrokerStoppedIsDeadLettered) {
+  Submit("P", {"a", "b"});
+  RunOnAWorkerThatDies("w1");  // a: attempt 1 (credit 1: b waits)
+  RunOnAWorkerThatDies("w2");  // a: 2
+  Hello("I-w3", "w3", 1);
+  PumpAndFlush();              // a: 3, running when the broker stops
+  ASSERT_EQ(Attempts("a"), 3u);
+  Restart();
+  EXPECT_EQ(restored_dead_, 1u);
+  EXPECT_FALSE(core_->batches().FindId("a").has_value());
+  auto r = core_->results().Find("a");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->outcome, Outcome::kFailed);
+  EXPECT_NE(r->error.find("dead-lettered after 3 attempts"), std::string::npos) << r->error;
+  EXPECT_EQ(core_->counters().dead_lettered, 1u);
+  // b never ran: it is back in its queue with no attempt used.
+  ASSERT_TRUE(core_->batches().FindId("b").has_value());
+  EXPECT_EQ(Attempts("b"), 0u);
+  // The dead letter was journaled: another restart does not bring it back.
+  Restart();
+  EXPECT_EQ(restored_dead_, 0u);
+  EXPECT_FALSE(core_->batches().FindId("a").has_value());
 }
 
 }  // namespace

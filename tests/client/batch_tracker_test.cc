@@ -114,6 +114,32 @@ TEST(BatchTrackerTest, OverdueBatchIsFetchedAndRearmed) {
   EXPECT_TRUE(Peek(t).empty());
 }
 
+TEST(BatchTrackerTest, ResendSentMovesOnlySentBatchesInSendOrder) {
+  BatchTracker t = Make(4);
+  for (const char* id : {"a", "b", "c", "d", "e", "f"}) ASSERT_TRUE(t.Add(id, "", "p"));
+  t.MarkSent(2, kT0);                    // a, b
+  t.MarkSent(2, kT0 + milliseconds(5));  // c, d
+  ASSERT_TRUE(t.Complete("b"));          // has its result
+  ASSERT_TRUE(t.OnQueueFull("c", kT0));  // waits out a backoff
+  // e takes b's slot; f stays pending (window 4: a, c, d, e).
+  t.MarkSent(1, kT0 + milliseconds(6));
+
+  EXPECT_EQ(t.ResendSent(), 3u);
+  EXPECT_EQ(t.resubmits(), 3u);
+  EXPECT_EQ(Peek(t), (std::vector<std::string>{"a", "d", "e"}));
+  EXPECT_EQ(t.in_flight(), 4u);
+  EXPECT_EQ(t.pending(), 1u);
+  // The retry keeps its deadline; the re-sent ones have none until sent.
+  EXPECT_EQ(t.NextDeadline(), kT0 + milliseconds(10));
+  t.MarkSent(3, kT0 + seconds(1));
+  EXPECT_EQ(t.ResendSent(), 3u);  // sent again, so moved again
+  EXPECT_EQ(t.ResendSent(), 0u);  // already waiting to go out
+  // A result for a batch waiting to be re-sent takes it out of the line,
+  // and its slot goes to the pending one.
+  ASSERT_TRUE(t.Complete("d"));
+  EXPECT_EQ(Peek(t), (std::vector<std::string>{"a", "e", "f"}));
+}
+
 }  // namespace
 }  // namespace fleet::client
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <thread>
 #include <variant>
 
 #include "common/zmq_util.h"
@@ -31,12 +33,13 @@ Received Copy(const std::string& identity, const zmq::message_t& frame) {
 }
 
 ManualRouter::ManualRouter(zmq::context_t& context)
-    : socket_(context, zmq::socket_type::router) {
+    : context_(&context), socket_(context, zmq::socket_type::router) {
   ApplySocketOptions(socket_, SocketLimits{.linger_ms = 0, .curve = {}}, true);
   endpoint_ = BindSocket(socket_, "tcp://127.0.0.1:*");
 }
 
 void ManualRouter::Drain() {
+  if (!socket_) return;  // closed
   std::vector<zmq::message_t> frames;
   while (RecvMultipart(socket_, &frames)) {
     ASSERT_EQ(frames.size(), 2u);
@@ -48,6 +51,31 @@ void ManualRouter::Drain() {
 void ManualRouter::Send(const proto::Message& message) {
   ASSERT_FALSE(peer_.empty()) << "no peer yet";
   ASSERT_TRUE(SendRouted(socket_, peer_, proto::Encode(message)));
+}
+
+void ManualRouter::Close() {
+  socket_.close();
+  peer_.clear();
+}
+
+void ManualRouter::Rebind() {
+  ASSERT_FALSE(socket_) << "Close first";
+  zmq::socket_t socket(*context_, zmq::socket_type::router);
+  ApplySocketOptions(socket, SocketLimits{.linger_ms = 0, .curve = {}}, true);
+  // libzmq closes the old listener on its own threads, after Close returns:
+  // the port is free again a moment later.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (true) {
+    try {
+      socket.bind(endpoint_);
+      break;
+    } catch (const zmq::error_t& e) {
+      ASSERT_EQ(e.num(), EADDRINUSE) << e.what();
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << endpoint_ << " stays in use";
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  socket_ = std::move(socket);
 }
 
 ThreadedRouter::ThreadedRouter(zmq::context_t& context, Respond respond)

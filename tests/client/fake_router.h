@@ -45,8 +45,15 @@ class ManualRouter {
   std::vector<Received>& received() { return received_; }
   // Sends `message` to the last peer heard from.
   void Send(const proto::Message& message);
+  // Closes the socket, dropping every connection, as a killed broker does.
+  // Drain does nothing until Rebind.
+  void Close();
+  // Binds a new socket to the same endpoint (a restarted broker: connected
+  // peers reconnect to it, with new routing ids).
+  void Rebind();
 
  private:
+  zmq::context_t* context_;
   zmq::socket_t socket_;
   std::string endpoint_;
   std::string peer_;

@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,24 +30,14 @@ double PageValue(const std::string& page, const std::string& series) {
   return std::atof(page.c_str() + at + series.size() + 2);
 }
 
-// Worker processes started with --id PREFIX... (pgrep -f). The pattern is
-// written so that the shell running pgrep does not match it itself.
-int CountWorkers(const std::string& prefix) {
-  std::string cmd = "pgrep -fc -- '[-]-id " + prefix + "' 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return -1;
-  int n = 0;
-  if (fscanf(p, "%d", &n) != 1) n = 0;
-  pclose(p);
-  return n;
-}
-
 class AutoscalerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // A retired idle worker lingers 2 s before it is told to stop, so a
     // burst in that window can take it back.
-    c_.StartBroker({"--heartbeat-ms", "250", "--retire-linger-ms", "2000"});
+    std::vector<std::string> flags{"--heartbeat-ms", "250", "--retire-linger-ms", "2000"};
+    for (const auto& f : ExtraBrokerFlags()) flags.push_back(f);
+    c_.StartBroker(flags);
     prefix_ = "as-" + std::to_string(getpid()) + "-" +
               ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-";
   }
@@ -72,6 +63,13 @@ class AutoscalerTest : public ::testing::Test {
     for (const auto& [k, v] : flags) argv.insert(argv.end(), {k, v});
     return std::make_unique<Process>(argv, c_.dir().File(log));
   }
+
+  virtual std::vector<std::string> ExtraBrokerFlags() { return {}; }
+
+  // Debian's prometheus scraping the broker every second, with
+  // `scrape_extra` (YAML at the level of static_configs) in its job.
+  // Returns it running and ready; `listen` is its host:port.
+  std::unique_ptr<Process> StartPrometheus(const std::string& scrape_extra, std::string* listen);
 
   int Registered() {
     int n = 0;
@@ -267,21 +265,31 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
-TEST_F(AutoscalerTest, ScalesFromAPrometheusServerThatScrapesTheBroker) {
-  // Debian's prometheus, scraping the broker every second.
+std::unique_ptr<Process> AutoscalerTest::StartPrometheus(const std::string& scrape_extra,
+                                                         std::string* listen) {
   std::string target = c_.metrics().substr(7, c_.metrics().find("/metrics") - 7);
   std::string config = c_.dir().File("prometheus.yml");
   std::ofstream(config) << "global:\n  scrape_interval: 1s\n"
                         << "scrape_configs:\n  - job_name: broker\n"
+                        << scrape_extra
                         << "    static_configs:\n      - targets: ['" << target << "']\n";
-  std::string listen = "127.0.0.1:" + std::to_string(FreePort());
-  Process prometheus({"/usr/bin/prometheus", "--config.file=" + config,
-                      "--storage.tsdb.path=" + c_.dir().File("tsdb"),
-                      "--web.listen-address=" + listen},
-                     c_.dir().File("prometheus.log"));
-  ASSERT_TRUE(WaitFor([&] { return HttpGet("http://" + listen + "/-/ready").size() > 0; },
-                      seconds(30)))
-      << ReadFile(c_.dir().File("prometheus.log"));
+  *listen = "127.0.0.1:" + std::to_string(FreePort());
+  auto prometheus = std::make_unique<Process>(
+      std::vector<std::string>{"/usr/bin/prometheus", "--config.file=" + config,
+                               "--storage.tsdb.path=" + c_.dir().File("tsdb"),
+                               "--web.listen-address=" + *listen},
+      c_.dir().File("prometheus.log"));
+  if (!WaitFor([&] { return HttpGet("http://" + *listen + "/-/ready").size() > 0; },
+               seconds(30))) {
+    ADD_FAILURE() << "prometheus not ready: " << ReadFile(c_.dir().File("prometheus.log"));
+  }
+  return prometheus;
+}
+
+TEST_F(AutoscalerTest, ScalesFromAPrometheusServerThatScrapesTheBroker) {
+  std::string listen;
+  auto prometheus = StartPrometheus("", &listen);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   auto scaler = StartAutoscaler("autoscaler.log",
                                 {{"--metrics-source", "prometheus:http://" + listen},
                                  {"--idle-seconds", "1"},
@@ -298,8 +306,8 @@ TEST_F(AutoscalerTest, ScalesFromAPrometheusServerThatScrapesTheBroker) {
   EXPECT_NE(log.find("decision scale_down"), std::string::npos) << log;
   scaler->Signal(SIGTERM);
   ASSERT_TRUE(scaler->Wait(seconds(30)).has_value());
-  prometheus.Signal(SIGTERM);
-  prometheus.Wait(seconds(20));
+  prometheus->Signal(SIGTERM);
+  prometheus->Wait(seconds(20));
 }
 
 TEST_F(AutoscalerTest, RetiringIdleWorkersWhileBatchesKeepArrivingNeverLosesOrFailsOne) {
@@ -333,6 +341,74 @@ TEST_F(AutoscalerTest, RetiringIdleWorkersWhileBatchesKeepArrivingNeverLosesOrFa
   scaler->Signal(SIGTERM);
   ASSERT_TRUE(scaler->Wait(seconds(30)).has_value());
   EXPECT_TRUE(WaitFor([&] { return CountWorkers(prefix_) == 0; }, seconds(20)));
+}
+
+// The broker's /metrics behind basic auth (--metrics-auth-file).
+class AutoscalerAuthTest : public AutoscalerTest {
+ protected:
+  std::vector<std::string> ExtraBrokerFlags() override {
+    auth_file_ = c_.dir().File("metrics.auth");
+    std::ofstream(auth_file_) << "prom:s3cret pass\n";
+    chmod(auth_file_.c_str(), 0600);
+    return {"--metrics-auth-file", auth_file_};
+  }
+  std::string auth_file_;
+};
+
+TEST_F(AutoscalerAuthTest, ScrapesABrokerThatRequiresBasicAuthAndScalesBothWays) {
+  auto scaler = StartAutoscaler("autoscaler.log", {{"--metrics-source-auth-file", auth_file_},
+                                                   {"--idle-seconds", "1"},
+                                                   {"--cooldown-seconds", "0"},
+                                                   {"--stabilization-seconds", "1"}});
+  auto s = c_.Submit({"--count", "100", "--payload", "20", "--inflight", "100"}, seconds(60));
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.output;
+  EXPECT_EQ(s.summary["ok"], "100");
+  // Scale-down needs fresh metrics, which only an authenticated read gives.
+  ASSERT_TRUE(WaitFor([&] { return c_.StatValue("workers_retired") >= 1; }, seconds(30)))
+      << ReadFile(c_.dir().File("autoscaler.log"));
+  std::string log = ReadFile(c_.dir().File("autoscaler.log"));
+  EXPECT_NE(log.find("/metrics (basic auth)"), std::string::npos) << log;
+  EXPECT_NE(log.find("decision scale_down"), std::string::npos) << log;
+  EXPECT_EQ(log.find("HTTP status 401"), std::string::npos) << log;
+  scaler->Signal(SIGTERM);
+  ASSERT_TRUE(scaler->Wait(seconds(30)).has_value());
+  EXPECT_TRUE(WaitFor([&] { return CountWorkers(prefix_) == 0; }, seconds(20)));
+}
+
+TEST_F(AutoscalerAuthTest, WithoutCredentialsItReports401AndNamesTheFlag) {
+  auto scaler = StartAutoscaler("autoscaler.log");
+  ASSERT_TRUE(WaitFor([&] {
+    return ReadFile(c_.dir().File("autoscaler.log"))
+               .find("HTTP status 401 (check --metrics-source-auth-file)") != std::string::npos;
+  })) << ReadFile(c_.dir().File("autoscaler.log"));
+  scaler->Signal(SIGTERM);
+  ASSERT_TRUE(scaler->Wait(seconds(30)).has_value());
+}
+
+TEST_F(AutoscalerAuthTest, ScalesFromAPrometheusThatScrapesTheBrokerWithBasicAuth) {
+  // The scrape job of the README: basic_auth with a password_file.
+  std::string password = c_.dir().File("prom.password");
+  std::ofstream(password) << "s3cret pass\n";
+  chmod(password.c_str(), 0600);
+  std::string listen;
+  auto prometheus = StartPrometheus(
+      "    basic_auth:\n      username: prom\n      password_file: " + password + "\n", &listen);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  auto scaler = StartAutoscaler("autoscaler.log",
+                                {{"--metrics-source", "prometheus:http://" + listen},
+                                 {"--idle-seconds", "1"},
+                                 {"--cooldown-seconds", "0"},
+                                 {"--stabilization-seconds", "1"}});
+  auto s = c_.Submit({"--count", "100", "--payload", "20", "--inflight", "100"}, seconds(60));
+  ASSERT_EQ(s.run.exit_code, 0) << s.run.output;
+  // Fresh answers from Prometheus (it scraped the protected broker) let it
+  // scale down.
+  ASSERT_TRUE(WaitFor([&] { return c_.StatValue("workers_retired") >= 1; }, seconds(30)))
+      << ReadFile(c_.dir().File("autoscaler.log"));
+  scaler->Signal(SIGTERM);
+  ASSERT_TRUE(scaler->Wait(seconds(30)).has_value());
+  prometheus->Signal(SIGTERM);
+  prometheus->Wait(seconds(20));
 }
 
 }  // namespace

@@ -236,6 +236,46 @@ TEST(DataPathTest, BrokerRestartMidRunLosesNoBatchWorkersReRegisterProducerResen
       << c.WorkerLog("b1");
 }
 
+// The producer notices the reconnect itself: with --resend-after-seconds 600
+// its timer cannot fire within this test's waits, so only the re-send on
+// reconnect can bring back what the killed in-memory broker lost.
+TEST(DataPathTest, InMemoryBrokerKilledProducerResendsOnReconnectNotOnTimer) {
+  Cluster first;
+  first.StartBroker();
+  std::string fe = first.frontend(), be = first.backend(), ctl = first.control();
+  first.broker().Signal(SIGKILL);  // only its ports were wanted
+  ASSERT_TRUE(first.broker().Wait(std::chrono::seconds(10)).has_value());
+  Cluster c;
+  const std::vector<std::string> flags = {"--frontend", fe, "--backend", be,
+                                          "--control", ctl, "--heartbeat-ms", "200"};
+  c.StartBroker(flags);
+  EXPECT_NE(c.BrokerLog().find("in-memory queue"), std::string::npos) << c.BrokerLog();
+  c.StartWorker("m1", {"--handler", "sleep", "--concurrency", "4", "--heartbeat-ms", "200"});
+  c.StartWorker("m2", {"--handler", "sleep", "--concurrency", "4", "--heartbeat-ms", "200"});
+  Process submit({Bin("fleet-submit"), "--broker", fe, "--count", "200", "--payload", "50",
+                  "--inflight", "200", "--resend-after-seconds", "600",
+                  "--output", c.dir().File("out.jsonl")},
+                 c.dir().File("submit.log"));
+  ASSERT_TRUE(WaitFor([&] { return c.StatValue("completed_ok") >= 20; }));
+  c.broker().Signal(SIGKILL);
+  ASSERT_TRUE(c.broker().Wait(std::chrono::seconds(10)).has_value());
+  c.StartBroker(flags);
+  // Waits 120 s at most, well before the 600 s timer.
+  ExpectAllOkEachOnce(submit, c.dir().File("out.jsonl"), 200);
+  const std::string log = submit.ReadLog();
+  const std::string said = "reconnected to broker; re-sending ";
+  auto at = log.find(said);
+  ASSERT_NE(at, std::string::npos) << log;
+  const int resent = std::atoi(log.c_str() + at + said.size());
+  EXPECT_GT(resent, 0) << log;
+  EXPECT_LT(resent, 200) << log;  // not those whose result had come
+  EXPECT_EQ(log.find(said, at + 1), std::string::npos) << "one reconnect, one line: " << log;
+  // The new broker ran what the producer re-sent, nothing more.
+  EXPECT_EQ(c.StatValue("submitted"), resent) << c.BrokerLog();
+  EXPECT_TRUE(WaitFor([&] { return WorkerListed(c, "m1") && WorkerListed(c, "m2"); }))
+      << c.WorkerLog("m1");
+}
+
 }  // namespace
 }  // namespace fleet::testing
 

@@ -1,8 +1,11 @@
 // The broker's /metrics page: every name DESIGN.md promises, values that
 // follow the work, per-worker series that leave with their worker, and a
 // page promtool accepts.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 
@@ -107,6 +110,155 @@ TEST(MetricsTest, WorkerServesItsOwnMetricsThatPromtoolAccepts) {
   RunResult r = testing::Run({"/bin/sh", "-c", "promtool check metrics < " + file},
                              std::chrono::seconds(30), c.dir().File("promtool.log"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+}  // namespace
+}  // namespace fleet::testing
+
+// /metrics behind basic auth (--metrics-auth-file), the bind address check,
+// and nothing but /metrics served.
+namespace fleet::testing {
+namespace {
+
+using std::chrono::seconds;
+
+// The credentials file is "prom:s3cret pass"; these are base64 of
+// "prom:s3cret pass", "prom:wrong" and "other:s3cret pass".
+const std::string kRight = "Authorization: Basic cHJvbTpzM2NyZXQgcGFzcw==\r\n";
+const std::string kWrongPassword = "Authorization: Basic cHJvbTp3cm9uZw==\r\n";
+const std::string kWrongUser = "Authorization: Basic b3RoZXI6czNjcmV0IHBhc3M=\r\n";
+
+std::string AuthFile(const TempDir& dir, const std::string& name, mode_t mode) {
+  std::string path = dir.File(name);
+  std::ofstream(path) << "prom:s3cret pass\n";
+  chmod(path.c_str(), mode);
+  return path;
+}
+
+// http://127.0.0.1:PORT + path, from a .../metrics URL.
+std::string At(const std::string& metrics_url, const std::string& path) {
+  return metrics_url.substr(0, metrics_url.rfind("/metrics")) + path;
+}
+
+TEST(MetricsAuthTest, BrokerServesMetricsOnlyToTheRightCredentialsAndLogsNoRequest) {
+  Cluster c;
+  c.StartBroker({"--metrics-auth-file", AuthFile(c.dir(), "metrics.auth", 0600)});
+  ASSERT_FALSE(c.metrics().empty()) << c.BrokerLog();
+  HttpReply none = HttpFetch(c.metrics());
+  EXPECT_EQ(none.status, 401) << none.headers;
+  EXPECT_THAT(none.headers, ::testing::HasSubstr("WWW-Authenticate: Basic"));
+  EXPECT_EQ(none.body, "");
+  EXPECT_EQ(HttpFetch(c.metrics(), kWrongPassword).status, 401);
+  EXPECT_EQ(HttpFetch(c.metrics(), kWrongUser).status, 401);
+  HttpReply right = HttpFetch(c.metrics(), kRight);
+  EXPECT_EQ(right.status, 200) << right.headers;
+  EXPECT_THAT(right.body, ::testing::HasSubstr("fleet_batches_inflight 0"));
+  EXPECT_THAT(right.body, ::testing::HasSubstr("fleet_workers{state=\"idle\"} 0"));
+  for (const char* path : {"/", "/metrics/", "/metrics/x", "/metricsx", "/favicon.ico"}) {
+    EXPECT_EQ(HttpFetch(At(c.metrics(), path), kRight).status, 404) << path;
+    EXPECT_EQ(HttpFetch(At(c.metrics(), path)).status, 404) << path;
+  }
+  // The start line says auth is on; no request, good or bad, is logged.
+  std::string log = c.BrokerLog();
+  EXPECT_THAT(log, ::testing::HasSubstr("/metrics (basic auth)"));
+  EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("401")));
+  EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("prom")));
+  EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("favicon")));
+}
+
+TEST(MetricsAuthTest, OpenBrokerServesMetricsAndAnswers404ToEveryOtherPath) {
+  Cluster c;
+  c.StartBroker();
+  EXPECT_EQ(HttpFetch(c.metrics()).status, 200);
+  for (const char* path : {"/", "/metrics/", "/metrics/x", "/metricsx", "/index.html"}) {
+    EXPECT_EQ(HttpFetch(At(c.metrics(), path)).status, 404) << path;
+  }
+}
+
+TEST(MetricsAuthTest, WorkerAndAutoscalerServeTheirOwnMetricsBehindAuthToo) {
+  Cluster c;
+  c.StartBroker();
+  std::string auth = AuthFile(c.dir(), "metrics.auth", 0400);
+  c.StartWorker("wa", {"--metrics", "127.0.0.1:0", "--metrics-auth-file", auth});
+  Process scaler({Bin("fleet-autoscaler"), "--control", c.control(), "--metrics-source",
+                  c.metrics(), "--min", "0", "--max", "1", "--id-prefix",
+                  "auth-" + std::to_string(getpid()) + "-", "--metrics", "127.0.0.1:0",
+                  "--metrics-auth-file", auth},
+                 c.dir().File("autoscaler.log"));
+  // Each logs where it serves: "metrics on URL" and "own metrics URL;".
+  std::string worker_url, scaler_url;
+  ASSERT_TRUE(WaitFor([&] {
+    std::string log = c.WorkerLog("wa");
+    auto at = log.find("metrics on ");
+    if (at == std::string::npos) return false;
+    worker_url = log.substr(at + 11, log.find('\n', at) - at - 11);
+    return true;
+  })) << c.WorkerLog("wa");
+  ASSERT_TRUE(WaitFor([&] {
+    std::string log = scaler.ReadLog();
+    auto at = log.find("own metrics ");
+    if (at == std::string::npos) return false;
+    scaler_url = log.substr(at + 12, log.find(';', at) - at - 12);
+    return true;
+  })) << scaler.ReadLog();
+  for (const std::string& url : {worker_url, scaler_url}) {
+    EXPECT_EQ(HttpFetch(url).status, 401) << url;
+    EXPECT_EQ(HttpFetch(url, kWrongPassword).status, 401) << url;
+    EXPECT_EQ(HttpFetch(url, kRight).status, 200) << url;
+    EXPECT_EQ(HttpFetch(At(url, "/"), kRight).status, 404) << url;
+  }
+  EXPECT_THAT(HttpFetch(worker_url, kRight).body, ::testing::HasSubstr("fleet_worker_slots 1"));
+  EXPECT_THAT(HttpFetch(scaler_url, kRight).body,
+              ::testing::HasSubstr("fleet_autoscaler_desired_workers"));
+  scaler.Signal(SIGTERM);
+  EXPECT_TRUE(scaler.Wait(seconds(30)).has_value());
+}
+
+// Each program refuses to start, with exit code 2 and a message naming the
+// problem, on a bad --metrics value or credentials file.
+TEST(MetricsAuthTest, ProgramsRefuseABadMetricsAddressOrAnAuthFileOthersCanRead) {
+  TempDir dir;
+  const std::string open_file = AuthFile(dir, "open.auth", 0644);
+  const std::string good_file = AuthFile(dir, "good.auth", 0600);
+  const std::string missing = dir.File("missing.auth");
+  const std::vector<std::string> broker = {Bin("fleet-broker"), "--frontend", "tcp://127.0.0.1:*",
+                                           "--backend", "tcp://127.0.0.1:*", "--control",
+                                           "tcp://127.0.0.1:*"};
+  const std::vector<std::string> worker = {Bin("fleet-worker"), "--broker", "tcp://127.0.0.1:1"};
+  const std::vector<std::string> scaler = {Bin("fleet-autoscaler"), "--control",
+                                           "tcp://127.0.0.1:1", "--metrics-source",
+                                           "http://127.0.0.1:1/metrics"};
+  struct Case {
+    std::vector<std::string> program;
+    std::vector<std::string> flags;
+    std::vector<std::string> says;
+  } cases[] = {
+      {broker, {"--metrics", "127.0.0.1:0", "--metrics-auth-file", open_file},
+       {open_file, "mode 0644", "chmod 600 " + open_file}},
+      {broker, {"--metrics", "127.0.0.1:0", "--metrics-auth-file", missing}, {missing}},
+      {broker, {"--metrics", "127.0.0.1"}, {"127.0.0.1", "ADDRESS:PORT"}},
+      {broker, {"--metrics", "127.0.0.1:99999"}, {"not a port"}},
+      {broker, {"--metrics", "", "--metrics-auth-file", good_file}, {"--metrics is off"}},
+      {worker, {"--metrics", "127.0.0.1:0", "--metrics-auth-file", open_file},
+       {open_file, "chmod 600"}},
+      {worker, {"--metrics", "0.0.0.0"}, {"ADDRESS:PORT"}},
+      {scaler, {"--metrics", "127.0.0.1:0", "--metrics-auth-file", open_file},
+       {open_file, "chmod 600"}},
+      {scaler, {"--metrics", "localhost"}, {"ADDRESS:PORT"}},
+      {scaler, {"--metrics", "127.0.0.1:0", "--metrics-source-auth-file", open_file},
+       {"--metrics-source-auth-file", open_file, "chmod 600"}},
+  };
+  int n = 0;
+  for (const auto& c : cases) {
+    std::vector<std::string> argv = c.program;
+    argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+    RunResult r = fleet::testing::Run(argv, seconds(20),
+                                      dir.File("refused-" + std::to_string(n++) + ".log"));
+    EXPECT_EQ(r.exit_code, 2) << argv[0] << " " << c.flags[1] << "\n" << r.output;
+    for (const auto& s : c.says) {
+      EXPECT_THAT(r.output, ::testing::HasSubstr(s)) << argv[0] << " " << c.flags[1];
+    }
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -88,5 +89,17 @@ std::string ReadFile(const std::string& path) {
 }
 
 std::string Bin(const std::string& name) { return std::string(FLEET_BIN_DIR) + "/" + name; }
+
+std::vector<pid_t> WorkerPids(const std::string& prefix) {
+  std::vector<pid_t> pids;
+  // "[-]-id": the shell running pgrep does not match its own pattern.
+  std::string cmd = "pgrep -f -- '[-]-id " + prefix + "' 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return pids;
+  int pid;
+  while (std::fscanf(p, "%d", &pid) == 1) pids.push_back(pid);
+  pclose(p);
+  return pids;
+}
 
 }  // namespace fleet::testing

@@ -51,6 +51,13 @@ class TempDir {
 
 std::string ReadFile(const std::string& path);
 
+// Pids of live processes started with "--id PREFIX..." (fleet workers of
+// one autoscaler run), found with pgrep -f.
+std::vector<pid_t> WorkerPids(const std::string& prefix);
+inline int CountWorkers(const std::string& prefix) {
+  return static_cast<int>(WorkerPids(prefix).size());
+}
+
 // Path of a program in build/bin.
 std::string Bin(const std::string& name);
 

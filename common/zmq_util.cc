@@ -17,8 +17,9 @@ void ApplySocketOptions(zmq::socket_t& socket, const SocketLimits& limits,
     // burst (a flood, or every client reconnecting after a broker restart)
     // and the dropped SYNs cost their clients a 1 s retransmit each.
     socket.set(zmq::sockopt::backlog, 1024);
+  } else {
+    ApplyCurveClient(socket, limits.curve);
   }
-  if (!router) ApplyCurveClient(socket, limits.curve);
 }
 
 std::string BindSocket(zmq::socket_t& socket, const std::string& endpoint) {

@@ -209,13 +209,11 @@ void ExpectAllOkEachOnce(Process& submit, const std::string& out, int n) {
 // Picks the broker's ports once, so a restarted broker listens where the
 // producer and workers reconnect.
 TEST(DataPathTest, BrokerRestartMidRunLosesNoBatchWorkersReRegisterProducerResends) {
-  Cluster first;
-  first.StartBroker();
-  std::string fe = first.frontend(), be = first.backend(), ctl = first.control();
-  first.broker().Signal(SIGKILL);  // only its ports were wanted
-  ASSERT_TRUE(first.broker().Wait(std::chrono::seconds(10)).has_value());
+  std::vector<std::string> flags = FixedEndpointFlags();
+  const std::string fe = flags[1];
+  flags.insert(flags.end(), {"--heartbeat-ms", "200"});
   Cluster c;
-  c.StartBroker({"--frontend", fe, "--backend", be, "--control", ctl, "--heartbeat-ms", "200"});
+  c.StartBroker(flags);
   c.StartWorker("b1", {"--handler", "sleep", "--concurrency", "4", "--heartbeat-ms", "200"});
   c.StartWorker("b2", {"--handler", "sleep", "--concurrency", "4", "--heartbeat-ms", "200"});
   Process submit({Bin("fleet-submit"), "--broker", fe, "--count", "200", "--payload", "20",
@@ -225,7 +223,7 @@ TEST(DataPathTest, BrokerRestartMidRunLosesNoBatchWorkersReRegisterProducerResen
   ASSERT_TRUE(WaitFor([&] { return c.StatValue("completed_ok") >= 20; }));
   c.broker().Signal(SIGKILL);
   ASSERT_TRUE(c.broker().Wait(std::chrono::seconds(10)).has_value());
-  c.StartBroker({"--frontend", fe, "--backend", be, "--control", ctl, "--heartbeat-ms", "200"});
+  c.StartBroker(flags);
   ExpectAllOkEachOnce(submit, c.dir().File("out.jsonl"), 200);
   // The new broker got only what the old one had not finished: re-sent.
   double resent = c.StatValue("submitted");
@@ -240,14 +238,10 @@ TEST(DataPathTest, BrokerRestartMidRunLosesNoBatchWorkersReRegisterProducerResen
 // its timer cannot fire within this test's waits, so only the re-send on
 // reconnect can bring back what the killed in-memory broker lost.
 TEST(DataPathTest, InMemoryBrokerKilledProducerResendsOnReconnectNotOnTimer) {
-  Cluster first;
-  first.StartBroker();
-  std::string fe = first.frontend(), be = first.backend(), ctl = first.control();
-  first.broker().Signal(SIGKILL);  // only its ports were wanted
-  ASSERT_TRUE(first.broker().Wait(std::chrono::seconds(10)).has_value());
+  std::vector<std::string> flags = FixedEndpointFlags();
+  const std::string fe = flags[1];
+  flags.insert(flags.end(), {"--heartbeat-ms", "200"});
   Cluster c;
-  const std::vector<std::string> flags = {"--frontend", fe, "--backend", be,
-                                          "--control", ctl, "--heartbeat-ms", "200"};
   c.StartBroker(flags);
   EXPECT_NE(c.BrokerLog().find("in-memory queue"), std::string::npos) << c.BrokerLog();
   c.StartWorker("m1", {"--handler", "sleep", "--concurrency", "4", "--heartbeat-ms", "200"});

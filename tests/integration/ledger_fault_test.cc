@@ -167,17 +167,8 @@ TEST_F(LedgerFaultTest, RetiringWorkersHoldingNoneOneOrAllSlotsAndAOneSecondGrac
 // same ports and data directory; producers and workers find it by
 // themselves and every accepted batch completes.
 TEST_F(LedgerFaultTest, DurableBrokerKilledUnderLoadCompletesEveryAcceptedBatch) {
-  std::string fe, be, ctl;
-  {
-    Cluster ports;  // only its ports are wanted
-    ports.StartBroker();
-    fe = ports.frontend();
-    be = ports.backend();
-    ctl = ports.control();
-  }
-  const std::vector<std::string> flags = {"--frontend", fe, "--backend", be,
-                                          "--control", ctl, "--heartbeat-ms", "200",
-                                          "--data-dir", c_.dir().File("data")};
+  std::vector<std::string> flags = FixedEndpointFlags();
+  flags.insert(flags.end(), {"--heartbeat-ms", "200", "--data-dir", c_.dir().File("data")});
   c_.StartBroker(flags);
   for (int i = 1; i <= 3; ++i) StartWorker("d" + std::to_string(i), 2, 10);
   auto first = StartSubmit(600, 300, {"--resend-after-seconds", "1"});

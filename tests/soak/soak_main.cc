@@ -172,18 +172,14 @@ class Soak {
 
   void StartBroker(bool first) {
     if (first) {
-      Cluster ports;  // ephemeral ports, then kept for every restart
-      ports.StartBroker();
-      broker_flags_ = {"--frontend", ports.frontend(), "--backend", ports.backend(),
-                       "--control", ports.control(), "--heartbeat-ms", "250",
-                       "--max-attempts", std::to_string(config_.max_attempts),
-                       "--retire-linger-ms", "500", "--data-dir", c_.dir().File("data"),
-                       "--max-queue-bytes", std::to_string(256u << 20)};
-      // The metrics port must stay too: the autoscaler scrapes it.
-      std::string url = ports.metrics();
-      auto host = url.find("//") + 2;
+      // Fixed ports for every restart; the metrics port too: the autoscaler
+      // scrapes it.
+      broker_flags_ = FixedEndpointFlags(/*with_metrics=*/true);
       broker_flags_.insert(broker_flags_.end(),
-                           {"--metrics", url.substr(host, url.find('/', host) - host)});
+                           {"--heartbeat-ms", "250", "--max-attempts",
+                            std::to_string(config_.max_attempts), "--retire-linger-ms", "500",
+                            "--data-dir", c_.dir().File("data"), "--max-queue-bytes",
+                            std::to_string(256u << 20)});
     }
     c_.StartBroker(broker_flags_);
   }

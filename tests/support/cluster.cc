@@ -35,6 +35,19 @@ std::map<std::string, std::string> ParseSummary(const std::string& line) {
   return out;
 }
 
+std::vector<std::string> FixedEndpointFlags(bool with_metrics) {
+  Cluster ports;  // only its ports are wanted
+  ports.StartBroker();
+  std::vector<std::string> flags = {"--frontend", ports.frontend(), "--backend",
+                                    ports.backend(), "--control", ports.control()};
+  if (with_metrics) {
+    const std::string& url = ports.metrics();  // http://HOST:PORT/metrics
+    const auto host = url.find("//") + 2;
+    flags.insert(flags.end(), {"--metrics", url.substr(host, url.find('/', host) - host)});
+  }
+  return flags;
+}
+
 Cluster::Cluster() = default;
 
 Cluster::~Cluster() {

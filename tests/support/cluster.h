@@ -75,6 +75,12 @@ class Cluster {
   std::vector<std::string> ctl_flags_;
 };
 
+// Broker flags naming fixed endpoints on 127.0.0.1 (--frontend, --backend,
+// --control, and --metrics when `with_metrics`), found by starting a broker
+// on ephemeral ports and killing it: a broker restarted with them listens
+// where its producers, workers and autoscaler reconnect.
+std::vector<std::string> FixedEndpointFlags(bool with_metrics = false);
+
 // key=value pairs of a summary line.
 std::map<std::string, std::string> ParseSummary(const std::string& line);
 

@@ -90,7 +90,10 @@ QueryResult Parse(std::string_view text, const QueryLimits& limits) {
   if (*status == "error") {
     auto type = doc.find("errorType");
     auto error = doc.find("error");
-    r.error_type = type != doc.end() && type->is_string() ? type->get<std::string>() : "unknown";
+    // An error always has a type for the caller to log, even when the
+    // server sent none, a non-string or an empty one.
+    if (type != doc.end() && type->is_string()) r.error_type = type->get<std::string>();
+    if (r.error_type.empty()) r.error_type = "unknown";
     r.error = error != doc.end() && error->is_string() ? error->get<std::string>() : "";
     if (r.error.empty()) r.error = "Prometheus returned an error without a message";
     return r;

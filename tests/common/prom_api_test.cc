@@ -84,6 +84,17 @@ TEST(PromApiTest, ReturnsPrometheusErrors) {
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(r.error_type, "unknown");
   EXPECT_FALSE(r.error.empty());
+
+  // Found by fuzz_prom_api: an empty errorType (here the last of two
+  // duplicates, which is the one kept) still gives an error with a type.
+  for (auto body : {R"({"status":"error","errorType":"bad_data","error":"e","errorType":""})",
+                    R"({"status":"error","errorType":"","error":"e"})",
+                    R"({"status":"error","errorType":7,"error":"e"})"}) {
+    r = ParseQueryResponse(body);
+    EXPECT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.error_type, "unknown") << body;
+    EXPECT_EQ(r.error, "e") << body;
+  }
 }
 
 TEST(PromApiTest, RejectsUnsupportedResultTypes) {

@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test demo clean format fuzz sanitize soak
+.PHONY: all deps configure build test demo clean format fuzz sanitize soak bench
 
 all: build
 
@@ -43,6 +43,13 @@ sanitize: deps
 SOAK_MINUTES ?= 30
 soak: build
 	@$(BUILD_DIR)/tests/fleet-soak --minutes $(SOAK_MINUTES)
+
+# Benchmarks (bench/run.py): fleet next to the ZeroMQ ceiling, Celery and
+# Dask; one table, bench/results/latest.json and PNGs. About 15 minutes on
+# 2 cores; BENCH=--quick for a few minutes.
+BENCH ?=
+bench: build
+	@/usr/bin/python3 bench/run.py --bin $(abspath $(BUILD_DIR))/bin $(BENCH)
 
 clean:
 	rm -rf $(BUILD_DIR)

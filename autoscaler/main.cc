@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
                  "metrics older than this freeze scale-down (prometheus: source)")
       ->capture_default_str()->check(CLI::Range(1.0, 3600.0));
   app.add_option("--poll-ms", poll_ms, "time between decisions")->capture_default_str()
-      ->check(CLI::Range(100, 600000));
+      ->check(CLI::Range(50, 600000));
   app.add_option("--id-prefix", o.pool.id_prefix,
                  "prefix of worker ids this autoscaler starts and adopts")->capture_default_str();
   app.add_option("--metrics", metrics,

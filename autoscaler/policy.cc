@@ -73,7 +73,7 @@ void PolicyOptions::Validate() const {
   if (target_drain < Seconds(1) || target_drain > Seconds(3600)) {
     fail("target drain seconds must be in [1, 3600]");
   }
-  if (poll < Millis(100) || poll > Seconds(600)) fail("poll ms must be in [100, 600000]");
+  if (poll < Millis(50) || poll > Seconds(600)) fail("poll ms must be in [50, 600000]");
   if (rate_window < 2 * poll || rate_window > Seconds(600)) {
     fail("rate window must be in [2 polls, 600 s]");
   }
@@ -110,6 +110,7 @@ void RateEstimator::Add(const Observation& obs, TimePoint now) {
       samples_.pop_back();  // a second read at the same instant replaces the first
     }
   }
+  if (samples_.empty() || s.submitted > samples_.back().submitted) last_arrival_ = now;
   samples_.push_back(s);
   // Keep one baseline sample at or before the window's start.
   while (samples_.size() >= 2 && samples_[1].t <= now - window_) samples_.pop_front();
@@ -122,6 +123,10 @@ std::optional<double> RateEstimator::ArrivalRate() const {
   // start saw 8/s where the truth was 4/s): wait for a third of the window.
   if (!(dt > 0) || dt < std::chrono::duration<double>(window_).count() / 3) return std::nullopt;
   return (samples_.back().submitted - samples_.front().submitted) / dt;
+}
+
+double RateEstimator::QuietSeconds() const {
+  return samples_.empty() ? 0.0 : SecondsBetween(last_arrival_, samples_.back().t);
 }
 
 std::optional<double> RateEstimator::ProcessingSeconds() const {
@@ -163,7 +168,14 @@ Policy::Demand Policy::Size(const Observation& obs, bool trusted, double queued,
     }
     const double s = processing_seconds_;
     const std::optional<double> rate = trusted ? rates_.ArrivalRate() : std::nullopt;
-    const double lambda = std::max(rate.value_or(0.0), 0.0);
+    double lambda = std::max(rate.value_or(0.0), 0.0);
+    // The window's average outlives a stream that stopped: a burst leaves
+    // "223/s" for a whole window after its last batch, holding workers for
+    // nothing. Arriving at lambda, no arrival for t seconds has probability
+    // exp(-lambda t); at lambda t >= 3 (5%) the stream is taken as stopped.
+    const double quiet = rates_.QuietSeconds();
+    const bool stopped = lambda > 0 && lambda * quiet >= 3;
+    if (stopped) lambda = 0;
     d.arrival_rate = lambda;
     d.processing_seconds = s;
     // In flight is what is busy now; lambda * S what is busy on average.
@@ -174,6 +186,7 @@ Policy::Demand Policy::Size(const Observation& obs, bool trusted, double queued,
         "{:.1f} workers",
         trusted ? "" : "metrics stale, control queue: ", lambda, s, inflight, queued,
         Secs(options_.target_drain), need);
+    if (stopped) dem.why += fmt::format(" (no arrival for {:.1f} s: stream stopped)", quiet);
     if (!rate) {
       // No rate yet (cold start, counter reset, no counters): the default
       // processing time is a guess, so take the backlog sizing if it is more.

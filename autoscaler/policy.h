@@ -75,7 +75,8 @@ struct PolicyOptions {
   // seconds. Measured means are clamped to [1 ms, 1 h].
   double default_processing_seconds = 1.0;
   // The loop's poll interval (the policy assumes it is called about this
-  // often). 100 ms .. 10 min.
+  // often). 50 ms .. 10 min: at 50 ms a burst is seen within about 50 ms,
+  // for one scrape of the broker per poll.
   Duration poll = Millis(1000);
   // Queue depths or in-flight counts above this are treated as garbage
   // (far above any broker's --max-queue). Range [1, 1e12].
@@ -116,6 +117,9 @@ class RateEstimator {
   // Mean seconds per batch over the window; empty when none finished in it
   // (callers keep the last value).
   std::optional<double> ProcessingSeconds() const;
+  // Seconds from the last sample that saw the submitted counter grow (or
+  // the window's first sample) to the newest one.
+  double QuietSeconds() const;
 
  private:
   struct Sample {
@@ -126,6 +130,7 @@ class RateEstimator {
   };
   Duration window_;
   std::deque<Sample> samples_;
+  TimePoint last_arrival_{};  // valid while samples_ is not empty
 };
 
 class Policy {

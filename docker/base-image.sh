@@ -152,8 +152,8 @@ log "mirror $MIRROR${SECURITY_MIRROR:+, security $SECURITY_MIRROR}"
 if ! command -v debootstrap >/dev/null; then
   log "installing debootstrap"
   export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends debootstrap >/dev/null
+  $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
+  $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends debootstrap >/dev/null
 fi
 
 # --- Build the root file system in a scratch directory. ----------------------

@@ -45,6 +45,13 @@ int main(int argc, char** argv) {
   app.add_option("--concurrency", options.concurrency, "batches run at once")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  app.add_option("--prefetch", options.prefetch,
+                 "batches held beyond --concurrency, waiting for a free slot: the broker sends "
+                 "up to concurrency + prefetch, so short batches travel several per message "
+                 "(raise it for batches of well under a millisecond; 0 keeps every waiting "
+                 "batch at the broker, free for any worker)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   app.add_option("--handler", options.handler.name,
                  "echo (payload back), sleep (payload = ms), sha256 (hex digest), "
                  "exec (run --exec)")

@@ -58,6 +58,9 @@ void ValidateOptions(const WorkerOptions& o) {
   if (o.concurrency < 1 || o.concurrency > 1024) {
     throw std::invalid_argument("--concurrency must be in 1..1024");
   }
+  if (o.prefetch < 0 || o.prefetch > 4096) {
+    throw std::invalid_argument("--prefetch must be in 0..4096");
+  }
   if (!std::isfinite(o.batch_timeout.count()) || o.batch_timeout.count() < 0) {
     throw std::invalid_argument("--batch-timeout must be >= 0 seconds");
   }
@@ -86,7 +89,8 @@ Worker::Worker(WorkerOptions options)
       heartbeat_(options_.heartbeat),
       liveness_(options_.liveness),
       backoff_(options_.backoff_initial),
-      credit_(static_cast<std::uint32_t>(std::max(options_.concurrency, 1))) {
+      credit_(static_cast<std::uint32_t>(std::max(options_.concurrency, 1) +
+                                         std::max(options_.prefetch, 0))) {
   ValidateOptions(options_);
   handler_ = MakeHandler(options_.handler);
   results_.set(zmq::sockopt::rcvhwm, 0);
@@ -108,9 +112,10 @@ Worker::~Worker() = default;
 void Worker::AbortNow() { handler_->Abort(); }
 
 int Worker::Run() {
-  spdlog::info("worker {} starting: broker {}, handler {}, concurrency {}, queues [{}]",
+  spdlog::info("worker {} starting: broker {}, handler {}, concurrency {}, prefetch {}, "
+               "queues [{}]",
                options_.id, options_.broker, handler_->name(), options_.concurrency,
-               fmt::join(options_.queues, ","));
+               options_.prefetch, fmt::join(options_.queues, ","));
   OpenSocket(clock_.Now());
   while (true) {
     TimePoint now = clock_.Now();
@@ -263,8 +268,8 @@ void Worker::HandleDispatch(const proto::Dispatch& dispatch) {
   if (credit_.over_committed() && !warned_overcredit_) {
     warned_overcredit_ = true;
     spdlog::warn("worker {}: broker sent more batches than our credit ({} held, "
-                 "{} slots); queueing the extra ones locally (warned once)",
-                 options_.id, credit_.held(), options_.concurrency);
+                 "{} slots + {} prefetch); queueing the extra ones locally (warned once)",
+                 options_.id, credit_.held(), options_.concurrency, options_.prefetch);
   }
   if (Draining()) {
     spdlog::debug("worker {}: {} batches arrived while draining; running them",
@@ -325,7 +330,8 @@ void Worker::Flush(TimePoint now) {
     if (now < hello_at_) return;
     proto::Hello hello;
     hello.worker_id = options_.id;
-    hello.concurrency = static_cast<std::uint32_t>(options_.concurrency);
+    // To the broker, concurrency is what it may have us hold at once.
+    hello.concurrency = static_cast<std::uint32_t>(options_.concurrency + options_.prefetch);
     hello.credit = Draining() ? 0 : credit_.free();
     hello.queues.assign(options_.queues.begin(), options_.queues.end());
     if (!Send(hello, now)) {

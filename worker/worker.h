@@ -34,6 +34,11 @@ struct WorkerOptions {
   std::string broker = "tcp://127.0.0.1:5556";  // the broker's backend
   std::string id;                 // required; 1..256 bytes, unique in the fleet
   int concurrency = 1;            // batches run at once; 1..1024
+  // Batches held beyond the slots, waiting for one: the broker may send
+  // concurrency + prefetch. More per DISPATCH and DONE (fewer messages for
+  // short batches), at the price of a batch waiting here while another
+  // worker may be free. 0..4096.
+  int prefetch = 0;
   HandlerOptions handler;         // echo, sleep, sha256, exec (+ command)
   Timeout batch_timeout{0};       // seconds a batch may run; 0 = no limit
   std::vector<std::string> queues;  // queues to take from; empty = every one

@@ -548,6 +548,29 @@ TEST(ThroughputPolicyTest, CounterResetRestartsTheRateWindow) {
   EXPECT_DOUBLE_EQ(d.arrival_rate, 0);  // no rate until the window refills
 }
 
+// A burst ends: the window's average still says 10/s, but no arrival for
+// lambda * t >= 3 means the stream stopped, and the pool is sized without it.
+TEST(ThroughputPolicyTest, AStreamThatStoppedNoLongerHoldsWorkers) {
+  Harness h(Throughput());
+  h.AddRunning(20);
+  Feed(h, 10, 1, 10);
+  ASSERT_EQ(h.Poll().desired, 10);
+  // 0.2 s later, 2 arrivals are expected and none came: not yet conclusive.
+  h.Advance(0.2);
+  Decision d = h.Poll();
+  EXPECT_EQ(d.desired, 10) << d.reason;
+  EXPECT_GT(d.arrival_rate, 0);
+  // 0.4 s without one (4 expected): stopped.
+  h.Advance(0.2);
+  d = h.Poll();
+  EXPECT_EQ(d.desired, 0) << d.reason;
+  EXPECT_DOUBLE_EQ(d.arrival_rate, 0);
+  EXPECT_NE(d.reason.find("stream stopped"), std::string::npos) << d.reason;
+  // Arrivals again: the rate counts at once.
+  Feed(h, 10, 1, 1);
+  EXPECT_EQ(h.Poll().desired, 10);
+}
+
 TEST(ThroughputPolicyTest, DoesNotLaunchAWorkerThatWouldArriveAfterTheBacklogDrained) {
   Harness h(Throughput());
   h.AddRunning(2);

@@ -26,6 +26,9 @@ TEST(MetricsTest, BrokerServesEveryDesignMetricAndDropsSeriesOfWorkersThatLeave)
   ASSERT_FALSE(c.metrics().empty()) << c.BrokerLog();
   c.StartWorker("m1", {"--concurrency", "2"});
   c.StartWorker("m2", {"--concurrency", "2"});
+  // Both registered first: the page follows the broker within tens of
+  // milliseconds, and a late m2 would be missing from it.
+  ASSERT_TRUE(WaitFor([&] { return c.Workers().size() == 2; })) << c.BrokerLog();
   auto s = c.Submit({"--count", "100"});
   ASSERT_EQ(s.run.exit_code, 0) << s.run.output;
   std::string page;

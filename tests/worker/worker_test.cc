@@ -140,6 +140,41 @@ TEST_F(WorkerProcessTest, HelloCarriesIdConcurrencyCreditAndQueues) {
   EXPECT_EQ(h->queues[1], "b");
 }
 
+// --prefetch raises what the broker may send (HELLO concurrency and credit)
+// beyond the slots; the extra batches wait at the worker and each comes
+// back once, with the credit they used granted again.
+TEST_F(WorkerProcessTest, PrefetchAddsHeldBatchesBeyondTheSlots) {
+  auto worker = Start({"--id", "w-prefetch", "--concurrency", "1", "--prefetch", "3"});
+  auto hello = broker_.Register();
+  ASSERT_TRUE(hello);
+  const auto* h = hello->As<proto::Hello>();
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->concurrency, 4u);
+  EXPECT_EQ(h->credit, 4u);
+  broker_.Send(Batches({{"p1", "a"}, {"p2", "b"}, {"p3", "c"}, {"p4", "d"}}));
+  std::multiset<std::string> seen;
+  std::uint32_t credit = 0;
+  while (seen.size() < 4) {
+    auto msg = broker_.RecvSkippingHeartbeats();
+    ASSERT_TRUE(msg) << "no DONE";
+    const auto* done = msg->As<proto::Done>();
+    ASSERT_TRUE(done) << "got command " << static_cast<int>(msg->command());
+    credit += done->credit;
+    for (const auto& r : done->results) seen.insert(std::string(r.id));
+  }
+  EXPECT_EQ(seen, (std::multiset<std::string>{"p1", "p2", "p3", "p4"}));
+  EXPECT_EQ(credit, 4u);
+  EXPECT_EQ(ReadLog().find("more batches than our credit"), std::string::npos);
+}
+
+TEST_F(WorkerProcessTest, PrefetchOutOfRangeIsRefused) {
+  auto worker = Start({"--id", "w-bad", "--prefetch", "5000"});
+  auto code = worker->Wait(std::chrono::seconds(10));
+  ASSERT_TRUE(code);
+  EXPECT_NE(*code, 0);
+  EXPECT_NE(ReadLog().find("prefetch"), std::string::npos);
+}
+
 // The broker plays by the rules: it dispatches only against credit and tops
 // its credit up from each DONE.
 TEST_F(WorkerProcessTest, ReturnsEachResultOnceAndNeverHoldsMoreThanCredit) {

@@ -229,8 +229,14 @@ int Latency(const FleetOptions& o, double rate, double seconds, std::size_t per_
         continue;
       }
       // Wait on the socket until a millisecond before the next send is
-      // due, then spin on it (the poll timeout has millisecond steps).
-      producer.Poll(std::chrono::milliseconds(left > 2'000'000 ? left / 1'000'000 - 1 : 0));
+      // due, then spin on it (the poll timeout has millisecond steps),
+      // yielding the core to the broker and workers between looks.
+      if (left > 2'000'000) {
+        producer.Poll(std::chrono::milliseconds(left / 1'000'000 - 1));
+      } else {
+        producer.Poll(std::chrono::milliseconds(0));
+        std::this_thread::yield();
+      }
     } else {
       producer.Poll(std::chrono::milliseconds(10));
     }

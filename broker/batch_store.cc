@@ -1,58 +1,118 @@
 #include "broker/batch_store.h"
 
 #include <algorithm>
+#include <cstring>
+#include <stdexcept>
 
 namespace fleet::broker {
 
+// Layout, chosen for memory (issue 6: at most 200 bytes per queued batch
+// beyond its payload). Rejected, measured at 330-376 bytes: an
+// std::unordered_map<BatchSeq, Batch> of five std::strings per batch, a
+// second copy of the id as the key of a StringMap index, and a per-producer
+// count map beside it. Now:
+// - slots in chunks, reused through a free list, with a generation in the
+//   BatchSeq so a stale one is detected, not followed;
+// - the id and payload in one allocation; the id index holds only a slot and
+//   a hash, and reads the id back from the slot;
+// - queue, producer and worker names shared: a batch holds Names, and the
+//   producer table's counts are OwnedBy.
+// The slots are kept while batches come and go (a hot slot is reused at
+// once); they are freed when the store empties after holding many, which
+// keeps a burst from pinning its peak once it has drained.
+
+namespace {
+// Below this many slots an empty store keeps them: a lightly loaded broker
+// empties after nearly every batch.
+constexpr std::size_t kKeepSlots = 4096;
+}  // namespace
+
 std::optional<BatchSeq> BatchStore::FindId(std::string_view id) const {
-  auto it = by_id_.find(id);
-  if (it == by_id_.end()) return std::nullopt;
-  return it->second;
+  const std::uint32_t slot =
+      by_id_.Find(id, [this](std::uint32_t s) { return Slot(s).id; });
+  if (slot == IdIndex::kNone) return std::nullopt;
+  return (static_cast<BatchSeq>(Slot(slot).generation_) << kSlotBits) | slot;
 }
 
 Batch* BatchStore::Get(BatchSeq seq) {
-  auto it = batches_.find(seq);
-  return it == batches_.end() ? nullptr : &it->second;
+  return const_cast<Batch*>(static_cast<const BatchStore*>(this)->Get(seq));
 }
 
 const Batch* BatchStore::Get(BatchSeq seq) const {
-  auto it = batches_.find(seq);
-  return it == batches_.end() ? nullptr : &it->second;
+  const std::size_t slot = seq & kSlotMask;
+  if (slot >= slots_) return nullptr;
+  const Batch& b = Slot(slot);
+  if (b.order_ == 0 || b.generation_ != (seq >> kSlotBits)) return nullptr;
+  return &b;
 }
 
-BatchStore::Queue& BatchStore::QueueFor(std::string_view name) {
-  auto it = queues_.find(name);
-  if (it != queues_.end()) return it->second;
-  order_.emplace_back(name);
-  return queues_.emplace(std::string(name), Queue{}).first->second;
+std::uint32_t BatchStore::QueueFor(std::string_view name) {
+  auto it = queue_index_.find(name);
+  if (it != queue_index_.end()) return it->second;
+  const auto index = static_cast<std::uint32_t>(queues_.size());
+  queues_.emplace_back().name.assign(name);
+  queue_index_.emplace(std::string(name), index);
+  return index;
+}
+
+std::uint32_t BatchStore::NewSlot() {
+  if (!free_.empty()) {
+    const std::uint32_t slot = free_.back();
+    free_.pop_back();
+    return slot;
+  }
+  if (slots_ > kSlotMask) {
+    throw std::length_error("BatchStore: more than 2^28 batches held");
+  }
+  if ((slots_ & (kChunkSize - 1)) == 0) {
+    chunks_.push_back(std::make_unique<Batch[]>(kChunkSize));
+    for (std::size_t i = 0; i < kChunkSize; ++i) chunks_.back()[i].generation_ = fresh_generation_;
+  }
+  return static_cast<std::uint32_t>(slots_++);
 }
 
 BatchSeq BatchStore::Add(std::string_view id, std::string_view queue,
                          std::string_view payload, std::string_view owner,
                          TimePoint now) {
-  BatchSeq seq = next_seq_++;
-  Batch& b = batches_[seq];
-  b.id.assign(id);
-  b.queue.assign(queue);
-  b.payload.assign(payload);
-  b.owner.assign(owner);
+  const std::uint32_t slot = NewSlot();
+  const std::uint32_t qi = QueueFor(queue);
+  Batch& b = Slot(slot);
+  b.data_ = std::make_unique_for_overwrite<char[]>(id.size() + payload.size());
+  std::memcpy(b.data_.get(), id.data(), id.size());
+  std::memcpy(b.data_.get() + id.size(), payload.data(), payload.size());
+  b.id = std::string_view(b.data_.get(), id.size());
+  b.payload = std::string_view(b.data_.get() + id.size(), payload.size());
+  b.queue = Name(queues_[qi].name);
+  b.owner = owners_.Acquire(owner);
+  b.worker = Name();
+  b.attempts = 0;
+  b.state = BatchState::kQueued;
   b.enqueued_at = now;
-  by_id_.emplace(b.id, seq);
-  Queue& q = QueueFor(queue);
+  b.dispatched_at = TimePoint();
+  b.order_ = next_order_++;
+  b.queue_index_ = qi;
+  max_generation_ = std::max<std::uint64_t>(max_generation_, b.generation_);
+  by_id_.Insert(b.id, slot);
+  const BatchSeq seq = (static_cast<BatchSeq>(b.generation_) << kSlotBits) | slot;
+  Queue& q = queues_[qi];
   q.items.push_back(seq);
   ++q.depth;
   ++queued_;
+  ++live_;
   bytes_ += payload.size();
-  ++per_owner_[b.owner];
   return seq;
 }
 
-std::optional<BatchSeq> BatchStore::PopFrom(Queue& q) {
+std::optional<BatchSeq> BatchStore::PopFrom(Queue& q, std::uint32_t queue_index) {
   while (!q.items.empty()) {
     BatchSeq seq = q.items.front();
     q.items.pop_front();
     Batch* b = Get(seq);
-    if (b == nullptr || b->state != BatchState::kQueued) continue;  // erased
+    // Erased while waiting; or, should a slot's generation ever wrap round
+    // to a stale seq, a batch of another queue.
+    if (b == nullptr || b->state != BatchState::kQueued || b->queue_index_ != queue_index) {
+      continue;
+    }
     b->state = BatchState::kRunning;
     --q.depth;
     --queued_;
@@ -65,11 +125,11 @@ std::optional<BatchSeq> BatchStore::Pop(const std::vector<std::string>& queues) 
   if (queued_ == 0) return std::nullopt;
   if (queues.empty()) {
     // Round robin over every queue, starting after the last one served.
-    for (std::size_t i = 0; i < order_.size(); ++i) {
-      std::size_t k = (next_queue_ + i) % order_.size();
-      Queue& q = queues_.find(order_[k])->second;
+    for (std::size_t i = 0; i < queues_.size(); ++i) {
+      std::size_t k = (next_queue_ + i) % queues_.size();
+      Queue& q = queues_[k];
       if (q.depth == 0) continue;
-      if (auto seq = PopFrom(q)) {
+      if (auto seq = PopFrom(q, static_cast<std::uint32_t>(k))) {
         next_queue_ = k + 1;
         return seq;
       }
@@ -78,9 +138,9 @@ std::optional<BatchSeq> BatchStore::Pop(const std::vector<std::string>& queues) 
   }
   for (std::size_t i = 0; i < queues.size(); ++i) {
     std::size_t k = (next_queue_ + i) % queues.size();
-    auto it = queues_.find(queues[k]);
-    if (it == queues_.end() || it->second.depth == 0) continue;
-    if (auto seq = PopFrom(it->second)) {
+    auto it = queue_index_.find(queues[k]);
+    if (it == queue_index_.end() || queues_[it->second].depth == 0) continue;
+    if (auto seq = PopFrom(queues_[it->second], it->second)) {
       next_queue_ = k + 1;
       return seq;
     }
@@ -92,66 +152,89 @@ void BatchStore::Requeue(BatchSeq seq) {
   Batch* b = Get(seq);
   if (b == nullptr || b->state == BatchState::kQueued) return;
   b->state = BatchState::kQueued;
-  b->worker.clear();
-  Queue& q = QueueFor(b->queue);
+  workers_.Release(b->worker);
+  b->worker = Name();
+  Queue& q = queues_[b->queue_index_];
   q.items.push_front(seq);
   ++q.depth;
   ++queued_;
 }
 
 void BatchStore::Erase(BatchSeq seq) {
-  auto it = batches_.find(seq);
-  if (it == batches_.end()) return;
-  if (it->second.state == BatchState::kQueued) {
+  Batch* b = Get(seq);
+  if (b == nullptr) return;
+  if (b->state == BatchState::kQueued) {
     // Its seq stays in the deque and is skipped when popped.
-    --QueueFor(it->second.queue).depth;
+    --queues_[b->queue_index_].depth;
     --queued_;
   }
-  bytes_ -= it->second.payload.size();
-  if (auto o = per_owner_.find(it->second.owner); o != per_owner_.end() && --o->second == 0) {
-    per_owner_.erase(o);
-  }
-  by_id_.erase(it->second.id);
-  batches_.erase(it);
+  bytes_ -= b->payload.size();
+  by_id_.Erase(b->id, [this](std::uint32_t s) { return Slot(s).id; });
+  owners_.Release(b->owner);
+  workers_.Release(b->worker);
+  b->owner = Name();
+  b->worker = Name();
+  b->queue = Name();
+  b->id = {};
+  b->payload = {};
+  b->data_.reset();
+  b->order_ = 0;
+  b->generation_ = b->generation_ + 1;  // 36 bits: wraps after 6.9e10 reuses
+  free_.push_back(static_cast<std::uint32_t>(seq & kSlotMask));
+  if (--live_ == 0 && slots_ > kKeepSlots) ReleaseStorage();
+}
+
+void BatchStore::ReleaseStorage() {
+  // Empty: every seq in a queue's items is stale, and every slot free. New
+  // slots start past every generation handed out, so no old seq matches them.
+  for (Queue& q : queues_) std::deque<BatchSeq>().swap(q.items);
+  std::vector<std::unique_ptr<Batch[]>>().swap(chunks_);
+  std::vector<std::uint32_t>().swap(free_);
+  slots_ = 0;
+  fresh_generation_ = (max_generation_ + 1) & kGenerationMask;
+  by_id_.Clear();
 }
 
 std::size_t BatchStore::Depth(std::string_view queue) const {
-  auto it = queues_.find(queue);
-  return it == queues_.end() ? 0 : it->second.depth;
+  auto it = queue_index_.find(queue);
+  return it == queue_index_.end() ? 0 : queues_[it->second].depth;
 }
 
 std::vector<std::pair<std::string, std::size_t>> BatchStore::Depths() const {
   std::vector<std::pair<std::string, std::size_t>> out;
   out.reserve(queues_.size());
-  for (const auto& [name, q] : queues_) out.emplace_back(name, q.depth);
+  for (const Queue& q : queues_) out.emplace_back(q.name, q.depth);
   std::sort(out.begin(), out.end());
   return out;
 }
 
 std::vector<const Batch*> BatchStore::InOrder() const {
-  std::vector<std::pair<BatchSeq, const Batch*>> all;
-  all.reserve(batches_.size());
-  for (const auto& [seq, b] : batches_) all.emplace_back(seq, &b);
-  std::sort(all.begin(), all.end());
   std::vector<const Batch*> out;
-  out.reserve(all.size());
-  for (const auto& [seq, b] : all) out.push_back(b);
+  out.reserve(live_);
+  for (std::size_t s = 0; s < slots_; ++s) {
+    if (Slot(s).order_ != 0) out.push_back(&Slot(s));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Batch* a, const Batch* b) { return a->order_ < b->order_; });
   return out;
+}
+
+void BatchStore::SetWorker(BatchSeq seq, std::string_view worker) {
+  Batch* b = Get(seq);
+  if (b == nullptr || b->worker == worker) return;
+  Name name = workers_.Acquire(worker);  // before the release: `worker` may be its text
+  workers_.Release(b->worker);
+  b->worker = name;
 }
 
 void BatchStore::SetOwner(BatchSeq seq, std::string_view owner) {
   Batch* b = Get(seq);
   if (b == nullptr || b->owner == owner) return;
-  if (auto o = per_owner_.find(b->owner); o != per_owner_.end() && --o->second == 0) {
-    per_owner_.erase(o);
-  }
-  b->owner.assign(owner);
-  ++per_owner_[b->owner];
+  Name name = owners_.Acquire(owner);  // before the release: `owner` may be its text
+  owners_.Release(b->owner);
+  b->owner = name;
 }
 
-std::size_t BatchStore::OwnedBy(std::string_view owner) const {
-  auto it = per_owner_.find(owner);
-  return it == per_owner_.end() ? 0 : it->second;
-}
+std::size_t BatchStore::OwnedBy(std::string_view owner) const { return owners_.Count(owner); }
 
 }  // namespace fleet::broker

@@ -487,10 +487,10 @@ void BrokerCore::Requeue(BatchSeq seq, std::string_view why, TimePoint now) {
   if (b->attempts >= options_.max_attempts) {
     ++counters_.dead_lettered;
     spdlog::warn("batch {} dead-lettered after {} attempts (last worker {}: {})", b->id,
-                 b->attempts, b->worker, why);
+                 b->attempts, b->worker.view(), why);
     FinishFailed(seq,
-                 "dead-lettered after " + std::to_string(b->attempts) +
-                     " attempts; last worker " + b->worker + " " + std::string(why),
+                 "dead-lettered after " + std::to_string(b->attempts) + " attempts; last worker " +
+                     std::string(b->worker.view()) + " " + std::string(why),
                  now);
     return;
   }
@@ -547,7 +547,7 @@ void BrokerCore::Pump(TimePoint now) {
     wait_seconds_.Observe(SecondsBetween(b->enqueued_at, now));
     ++b->attempts;
     if (journal_ != nullptr) JournalDispatched(*b, *journal_);
-    b->worker = w->id;
+    batches_.SetWorker(*seq, w->id);
     b->dispatched_at = now;
     --w->credit;
     w->held.push_back(*seq);

@@ -101,7 +101,7 @@ run_mode() {
   rm -rf "$logs"
   mkdir -p "$logs"
   local common="print_stacktrace=1"
-  local ctest_args=(--output-on-failure -j "$JOBS" -LE docker --timeout 600)
+  local ctest_args=(--output-on-failure -j "$JOBS" -LE 'docker|bench' --timeout 600)
   [ -n "$regex" ] && ctest_args+=(-R "$regex")
   local rc=0
   (

@@ -74,7 +74,7 @@ class BrokerCoreTest : public ::testing::Test {
     for (auto& wid : core_->outbox().dispatch_workers) {
       Worker* w = core_->workers().Find(wid);
       if (w == nullptr) continue;
-      for (BatchSeq s : w->outgoing) sent[wid].push_back(core_->batches().Get(s)->id);
+      for (BatchSeq s : w->outgoing) sent[wid].emplace_back(core_->batches().Get(s)->id);
       w->outgoing.clear();
     }
     for (auto& [ident, po] : core_->outbox().producers) {

@@ -1,0 +1,80 @@
+// IdIndex: a hash index from a string key to a 32-bit value, where the key
+// is not stored in the index but read back through the value (the caller's
+// `key_of(value)`), so a key that already lives elsewhere is not kept twice.
+// BatchStore uses it to find a batch's slot by the batch's id.
+//
+// Open addressing with linear probing: one 8-byte entry (the value and 32
+// bits of the key's hash) per slot of a power-of-two table at most 13/16
+// full, so about 10 to 20 bytes per key. Erase shifts later entries back
+// rather than leaving tombstones, so lookups never slow down with churn.
+// Pure state; not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+namespace fleet::broker {
+
+class IdIndex {
+ public:
+  static constexpr std::uint32_t kNone = UINT32_MAX;
+
+  // The value stored for `key`, or kNone. `key_of(value)` must return the
+  // key each stored value was inserted with.
+  template <typename KeyOf>
+  std::uint32_t Find(std::string_view key, const KeyOf& key_of) const {
+    if (entries_.empty()) return kNone;
+    const std::uint32_t h = Hash(key);
+    for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Entry& e = entries_[i];
+      if (e.value == kNone) return kNone;
+      if (e.hash == h && key_of(e.value) == key) return e.value;
+    }
+  }
+
+  // Adds `value` under `key`. Requires: `key` not present, value != kNone.
+  void Insert(std::string_view key, std::uint32_t value);
+
+  // Removes `key`; false if it was not there.
+  template <typename KeyOf>
+  bool Erase(std::string_view key, const KeyOf& key_of) {
+    if (entries_.empty()) return false;
+    const std::uint32_t h = Hash(key);
+    for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Entry& e = entries_[i];
+      if (e.value == kNone) return false;
+      if (e.hash == h && key_of(e.value) == key) {
+        EraseAt(i);
+        return true;
+      }
+    }
+  }
+
+  std::size_t size() const { return size_; }
+  // Entries allocated (0 or a power of two).
+  std::size_t capacity() const { return entries_.size(); }
+  // Forgets every key and frees the table.
+  void Clear();
+
+ private:
+  struct Entry {
+    std::uint32_t value = kNone;
+    std::uint32_t hash = 0;
+  };
+
+  static std::uint32_t Hash(std::string_view key) {
+    return static_cast<std::uint32_t>(std::hash<std::string_view>()(key));
+  }
+  void Place(Entry e);
+  void EraseAt(std::size_t i);
+  void Rehash(std::size_t capacity);
+
+  std::vector<Entry> entries_;
+  std::size_t mask_ = 0;
+  std::size_t size_ = 0;
+};
+
+}  // namespace fleet::broker

@@ -1,0 +1,90 @@
+#include "broker/id_index.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace fleet::broker {
+namespace {
+
+// Keys live outside the index, as batch ids live in their slots.
+struct Keys {
+  std::vector<std::string> by_value;
+  std::string_view operator()(std::uint32_t v) const { return by_value[v]; }
+};
+
+TEST(IdIndexTest, FindsWhatWasInsertedAndNothingElse) {
+  Keys keys{{"a", "b", "c"}};
+  IdIndex index;
+  EXPECT_EQ(index.Find("a", keys), IdIndex::kNone);  // empty, no table yet
+  for (std::uint32_t v = 0; v < 3; ++v) index.Insert(keys.by_value[v], v);
+  EXPECT_EQ(index.Find("a", keys), 0u);
+  EXPECT_EQ(index.Find("c", keys), 2u);
+  EXPECT_EQ(index.Find("d", keys), IdIndex::kNone);
+  EXPECT_EQ(index.size(), 3u);
+}
+
+TEST(IdIndexTest, EraseKeepsTheRestReachable) {
+  Keys keys;
+  IdIndex index;
+  for (std::uint32_t v = 0; v < 1000; ++v) {
+    keys.by_value.push_back("id-" + std::to_string(v));
+    index.Insert(keys.by_value[v], v);
+  }
+  for (std::uint32_t v = 0; v < 1000; v += 3) EXPECT_TRUE(index.Erase(keys.by_value[v], keys));
+  EXPECT_FALSE(index.Erase("id-0", keys));
+  for (std::uint32_t v = 0; v < 1000; ++v) {
+    EXPECT_EQ(index.Find(keys.by_value[v], keys), v % 3 == 0 ? IdIndex::kNone : v) << v;
+  }
+  EXPECT_EQ(index.size(), 666u);
+}
+
+TEST(IdIndexTest, StaysAtMostThirteenSixteenthsFull) {
+  Keys keys;
+  IdIndex index;
+  for (std::uint32_t v = 0; v < 200000; ++v) {
+    keys.by_value.push_back(std::to_string(v));
+    index.Insert(keys.by_value[v], v);
+    ASSERT_LE(index.size() * 16, index.capacity() * 13);
+  }
+  EXPECT_EQ(index.capacity(), 262144u);  // 8 bytes an entry: about 10 bytes a key
+  index.Clear();
+  EXPECT_EQ(index.capacity(), 0u);
+  EXPECT_EQ(index.Find("1", keys), IdIndex::kNone);
+}
+
+// Random inserts and erases against std::map, so that erasing inside long
+// probe runs and across the end of the table (backward shift) is exercised.
+TEST(IdIndexTest, AgreesWithAMapUnderRandomChurn) {
+  std::mt19937 rng(6);
+  Keys keys;
+  for (int i = 0; i < 4000; ++i) keys.by_value.push_back("k" + std::to_string(rng() % 100000));
+  IdIndex index;
+  std::map<std::string, std::uint32_t> model;
+  for (int step = 0; step < 40000; ++step) {
+    const auto v = static_cast<std::uint32_t>(rng() % keys.by_value.size());
+    const std::string& k = keys.by_value[v];
+    auto it = model.find(k);
+    if (it == model.end()) {
+      index.Insert(k, v);
+      model.emplace(k, v);
+    } else if (rng() % 2 == 0) {
+      ASSERT_TRUE(index.Erase(k, keys));
+      model.erase(it);
+    }
+    if (step % 1000 == 0) {
+      for (const auto& [key, value] : model) ASSERT_EQ(index.Find(key, keys), value);
+    }
+  }
+  EXPECT_EQ(index.size(), model.size());
+  for (const auto& k : keys.by_value) {
+    auto it = model.find(k);
+    EXPECT_EQ(index.Find(k, keys), it == model.end() ? IdIndex::kNone : it->second);
+  }
+}
+
+}  // namespace
+}  // namespace fleet::broker

@@ -155,7 +155,7 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
     if (auto stored = results_.Find(item.id)) {
       ++counters_.resubmitted;
       out.accepted.emplace_back(item.id);
-      out.results.emplace_back(std::string(item.id), std::move(stored));
+      out.results.emplace_back(std::string(item.id), stored);
       continue;
     }
     if (auto seq = batches_.FindId(item.id)) {
@@ -200,7 +200,7 @@ void BrokerCore::OnFetch(std::string_view identity, const proto::Fetch& m) {
   Outbox::ProducerOut& out = Out(identity);
   for (std::string_view id : m.ids) {
     if (auto stored = results_.Find(id)) {
-      out.results.emplace_back(std::string(id), std::move(stored));
+      out.results.emplace_back(std::string(id), stored);
     } else if (auto seq = batches_.FindId(id)) {
       batches_.SetOwner(*seq, identity);  // result comes later
     } else {
@@ -582,8 +582,9 @@ void BrokerCore::Tick(TimePoint now) {
     DropWorker(*w, "stopped heartbeating", now);
   }
   blacklist_.Purge(now);
-  results_.Expire(now);
 }
+
+void BrokerCore::AfterFlush(TimePoint now) { results_.Trim(now); }
 
 // ---- control ----
 

@@ -48,9 +48,9 @@ struct Outbox {
   struct ProducerOut {
     std::vector<std::string> accepted;
     std::vector<OwnedRejection> rejected;
-    // Results to send; shared with the ResultStore, so eviction before the
-    // flush cannot lose one.
-    std::vector<std::pair<std::string, std::shared_ptr<const StoredResult>>> results;
+    // Results to send, in the ResultStore, which keeps them until the
+    // server's AfterFlush.
+    std::vector<std::pair<std::string, const StoredResult*>> results;
     std::vector<std::string> unknown;  // fetched ids the broker does not know
   };
   struct Frame {
@@ -88,8 +88,12 @@ class BrokerCore {
   // Hands queued batches to workers with credit, within their credit.
   void Pump(TimePoint now);
   // Periodic housekeeping: heartbeats to workers, dead workers (their
-  // batches requeued), blacklist and result expiry.
+  // batches requeued), blacklist.
   void Tick(TimePoint now);
+  // After the outbox was sent and cleared: drops retained results past
+  // their retention or --max-retained-results (the outbox's result
+  // pointers are not valid after this).
+  void AfterFlush(TimePoint now);
 
   // The loop could not send the dispatch in Worker::outgoing of `worker_id`
   // (peer gone or its queue full): those batches go back undamaged and the

@@ -224,7 +224,10 @@ void BrokerServer::Flush(TimePoint now) {
   // have kept.
   if (journal_ != nullptr) journal_->Commit();
   Outbox& out = core_.outbox();
-  if (out.empty()) return;
+  if (out.empty()) {
+    core_.AfterFlush(now);
+    return;
+  }
 
   // Frames first: a WELCOME must reach a worker before its first DISPATCH.
   for (const Outbox::Frame& f : out.frames) {
@@ -307,6 +310,7 @@ void BrokerServer::Flush(TimePoint now) {
   }
 
   out.clear();
+  core_.AfterFlush(now);
 }
 
 void WriteReadyFile(const std::string& path, const BrokerServer& server) {

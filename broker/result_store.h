@@ -2,18 +2,31 @@
 // re-submitted or fetched id gets its one result again instead of running a
 // second time. Bounded both in time and in count.
 //
+// Results leave in the order they came (both bounds drop the oldest), so
+// they live in a FIFO, found by id through an IdIndex whose values are
+// positions in that FIFO: every finished batch costs one Put and, once the
+// store is full, one eviction, each a probe of a flat table instead of a
+// walk through heap nodes (this store was most of the broker's time per
+// batch under load).
+//
+// Find and Put hand out plain pointers into the FIFO, valid until the next
+// Trim: the broker sends the results of a loop turn, then trims, so no
+// eviction can pull a result from under the outbox, without a reference
+// count per result. Between trims the store may hold one turn's results
+// beyond max_entries.
+//
 // Pure state: callers pass `now`. Not thread-safe; the broker loop owns it.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
-#include <memory>
 #include <string>
 #include <string_view>
 
+#include "broker/id_index.h"
 #include "common/clock.h"
 #include "common/protocol.h"
-#include "common/string_map.h"
 
 namespace fleet::broker {
 
@@ -31,27 +44,44 @@ class ResultStore {
   // loop turn); max_entries >= 1: past it the oldest result goes first.
   ResultStore(Duration retention, std::size_t max_entries);
 
-  // Null if the id has no stored result. Shared, so a result on its way to
-  // a producer survives its eviction from the store.
-  std::shared_ptr<const StoredResult> Find(std::string_view id) const;
+  // Null if the id has no stored result. Valid until the next Trim.
+  const StoredResult* Find(std::string_view id) const;
 
-  // Stores the result of `id` and returns it; the first result wins: a
-  // second Put of the same id keeps the stored one and returns null.
-  std::shared_ptr<const StoredResult> Put(std::string_view id, StoredResult result);
+  // Stores the result of `id` and returns it (valid until the next Trim);
+  // the first result wins: a second Put of the same id keeps the stored one
+  // and returns null.
+  const StoredResult* Put(std::string_view id, StoredResult result);
 
-  // Drops results older than the retention. Returns how many went.
-  std::size_t Expire(TimePoint now);
+  // Drops results older than the retention, then the oldest beyond
+  // max_entries (counted in evicted_early). Returns how many went.
+  std::size_t Trim(TimePoint now);
 
-  std::size_t size() const { return results_.size(); }
+  std::size_t size() const { return entries_.size(); }
   std::uint64_t evicted_early() const { return evicted_early_; }
 
  private:
+  struct Entry {
+    std::string id;
+    StoredResult result;
+  };
+  // Index values are sequence numbers modulo kSeqMod, which never reaches
+  // IdIndex::kNone; the store holds far fewer than kSeqMod entries.
+  static constexpr std::uint64_t kSeqMod = IdIndex::kNone;
+
+  // The entry an index value names (it must be in the store).
+  const Entry& At(std::uint32_t value) const {
+    const std::uint64_t front = front_seq_ % kSeqMod;
+    return entries_[(value + kSeqMod - front) % kSeqMod];
+  }
+  // The index value of `id`, or IdIndex::kNone.
+  std::uint32_t IndexOf(std::string_view id) const;
   void DropOldest();
 
   Duration retention_;
   std::size_t max_entries_;
-  StringMap<std::shared_ptr<const StoredResult>> results_;
-  std::deque<std::string> order_;  // ids, oldest first
+  std::deque<Entry> entries_;  // oldest first
+  std::uint64_t front_seq_ = 0;  // sequence number of entries_.front()
+  IdIndex index_;
   std::uint64_t evicted_early_ = 0;
 };
 

@@ -28,15 +28,43 @@ BatchTracker::Entry* BatchTracker::Find(std::string_view id) {
   return it == batches_.end() ? nullptr : &it->second;
 }
 
-void BatchTracker::Arm(Entry& entry, TimePoint deadline) {
+bool BatchTracker::Live(const SentTimer& t) const {
+  auto it = batches_.find(t.id);
+  return it != batches_.end() && it->second.arm == t.arm;
+}
+
+void BatchTracker::ArmResend(Entry& entry, TimePoint deadline) {
   Disarm(entry);
   entry.deadline = deadline;
-  timers_.emplace(deadline, entry.batch.id);
+  entry.arm = ++next_arm_;
+  resend_timers_.push_back(SentTimer{deadline, entry.batch.id, entry.arm});
+}
+
+void BatchTracker::ArmRetry(Entry& entry, TimePoint deadline) {
+  Disarm(entry);
+  entry.deadline = deadline;
+  retry_timers_.emplace(deadline, entry.batch.id);
 }
 
 void BatchTracker::Disarm(Entry& entry) {
-  if (entry.state == State::kSent || entry.state == State::kRetry) {
-    timers_.erase(Timer(entry.deadline, entry.batch.id));
+  entry.arm = 0;  // its resend timer, if any, is stale from now on
+  if (entry.state == State::kRetry) {
+    retry_timers_.erase(RetryTimer(entry.deadline, entry.batch.id));
+  }
+}
+
+void BatchTracker::Tidy() const {
+  while (!resend_timers_.empty() && !Live(resend_timers_.front())) resend_timers_.pop_front();
+  // Each finished or re-armed batch leaves one stale timer behind; past
+  // three per batch in flight, a pass drops them all (amortized O(1) per
+  // timer, and the FIFO's memory stays proportional to the window).
+  const std::size_t in_flight = batches_.size() - pending_.size();
+  if (resend_timers_.size() > 3 * in_flight + 1024) {
+    std::deque<SentTimer> kept;
+    for (SentTimer& t : resend_timers_) {
+      if (Live(t)) kept.push_back(std::move(t));
+    }
+    resend_timers_.swap(kept);
   }
 }
 
@@ -49,7 +77,7 @@ bool BatchTracker::Add(std::string_view id, std::string_view queue,
   e.batch.queue = queue;
   e.batch.payload = payload;
   e.backoff = options_.retry_initial;
-  pending_.push_back(it->first);
+  pending_.push_back(&e);
   return true;
 }
 
@@ -57,11 +85,11 @@ void BatchTracker::PeekSendable(std::size_t max_batches, std::size_t max_bytes,
                                 std::vector<const Batch*>* out) const {
   std::size_t taken = 0;
   std::size_t bytes = 0;
-  auto take = [&](const std::string& id) {
+  auto take = [&](const Entry* e) {
     if (taken >= max_batches || (taken > 0 && bytes >= max_bytes)) {
       return false;
     }
-    const Batch& b = batches_.find(id)->second.batch;
+    const Batch& b = e->batch;
     // Stop before a batch that would push a non-empty message past the cap.
     if (taken > 0 && bytes + WireSize(b) > max_bytes) return false;
     out->push_back(&b);
@@ -70,8 +98,8 @@ void BatchTracker::PeekSendable(std::size_t max_batches, std::size_t max_bytes,
     return true;
   };
   // Resubmits already hold their window slots; pending ones need a free one.
-  for (const std::string& id : resubmit_) {
-    if (!take(id)) return;
+  for (const Entry* e : resubmit_) {
+    if (!take(e)) return;
   }
   std::size_t room =
       options_.window > in_flight() ? options_.window - in_flight() : 0;
@@ -83,43 +111,39 @@ void BatchTracker::PeekSendable(std::size_t max_batches, std::size_t max_bytes,
 void BatchTracker::MarkSent(std::size_t count, TimePoint now) {
   // Same order as PeekSendable: resubmits, then pending.
   for (; count > 0; --count) {
-    std::deque<std::string>& from = resubmit_.empty() ? pending_ : resubmit_;
-    Entry& e = batches_.find(from.front())->second;
+    std::deque<Entry*>& from = resubmit_.empty() ? pending_ : resubmit_;
+    Entry& e = *from.front();
     from.pop_front();
     e.state = State::kSent;
-    Arm(e, now + options_.resend_after);
+    ArmResend(e, now + options_.resend_after);
   }
+  Tidy();
 }
 
 bool BatchTracker::OnAccepted(std::string_view id, TimePoint now) {
   Entry* e = Find(id);
   if (e == nullptr || e->state != State::kSent) return false;
   e->backoff = options_.retry_initial;
-  Arm(*e, now + options_.resend_after);
+  ArmResend(*e, now + options_.resend_after);
   return true;
 }
 
 bool BatchTracker::OnQueueFull(std::string_view id, TimePoint now) {
   Entry* e = Find(id);
   if (e == nullptr || e->state != State::kSent) return false;
-  Arm(*e, now + e->backoff);
+  ArmRetry(*e, now + e->backoff);
   e->state = State::kRetry;
   e->backoff = std::min<Duration>(e->backoff * 2, options_.retry_max);
   return true;
 }
 
 void BatchTracker::WakeRetries(std::size_t n) {
-  // Retry deadlines (at most retry_max away) sort before resend deadlines
-  // (resend_after away), so the scan meets retries first; it is bounded so
-  // that a window full of sent batches costs little.
-  std::size_t budget = n * 2 + 64;
-  for (auto it = timers_.begin(); n > 0 && budget > 0 && it != timers_.end(); --budget) {
-    Entry& e = batches_.find(it->second)->second;
-    ++it;  // Disarm erases the current timer
-    if (e.state != State::kRetry) continue;
+  // Earliest deadline first: the batch refused longest ago goes first.
+  while (n > 0 && !retry_timers_.empty()) {
+    Entry& e = batches_.find(retry_timers_.begin()->second)->second;
     Disarm(e);
     e.state = State::kResubmit;
-    resubmit_.push_back(e.batch.id);
+    resubmit_.push_back(&e);
     --n;
   }
 }
@@ -129,27 +153,25 @@ bool BatchTracker::OnUnknown(std::string_view id) {
   if (e == nullptr || e->state != State::kSent) return false;
   Disarm(*e);
   e->state = State::kResubmit;
-  resubmit_.push_back(e->batch.id);
+  resubmit_.push_back(e);
   return true;
 }
 
 std::size_t BatchTracker::ResendSent() {
-  // timers_ is ordered by deadline, and a sent batch's deadline is its send
-  // (or accept) time plus the same resend_after, so this walk re-sends in
-  // about the order they first went out, which keeps the broker's FIFO
-  // order for a restarted in-memory broker.
+  // Live resend timers are in the order they were armed, so this walk
+  // re-sends in about the order the batches first went out, which keeps the
+  // broker's FIFO order for a restarted in-memory broker.
   std::size_t moved = 0;
-  for (auto it = timers_.begin(); it != timers_.end();) {
-    Entry& e = batches_.find(it->second)->second;
-    if (e.state != State::kSent) {
-      ++it;
-      continue;
-    }
-    it = timers_.erase(it);
+  for (const SentTimer& t : resend_timers_) {
+    auto it = batches_.find(t.id);
+    if (it == batches_.end() || it->second.arm != t.arm) continue;
+    Entry& e = it->second;
+    Disarm(e);
     e.state = State::kResubmit;
-    resubmit_.push_back(e.batch.id);
+    resubmit_.push_back(&e);
     ++moved;
   }
+  resend_timers_.clear();  // every one is stale now
   return moved;
 }
 
@@ -166,30 +188,38 @@ bool BatchTracker::Complete(std::string_view id) {
     // short: even after a reconnect moved the whole window here, the
     // producer sends it in the same Poll, before results can come for it.
     // So a linear erase beats lazy tombstones.
-    resubmit_.erase(std::find(resubmit_.begin(), resubmit_.end(), id));
+    resubmit_.erase(std::find(resubmit_.begin(), resubmit_.end(), &e));
   }
   batches_.erase(it);
   return true;
 }
 
 void BatchTracker::Due(TimePoint now, std::vector<std::string>* fetch) {
-  while (!timers_.empty() && timers_.begin()->first <= now) {
-    std::string id = timers_.begin()->second;
-    Entry& e = batches_.find(id)->second;
-    if (e.state == State::kRetry) {
-      Disarm(e);
-      e.state = State::kResubmit;
-      resubmit_.push_back(id);
-    } else {
-      Arm(e, now + options_.resend_after);
-      fetch->push_back(std::move(id));
-    }
+  while (!retry_timers_.empty() && retry_timers_.begin()->first <= now) {
+    Entry& e = batches_.find(retry_timers_.begin()->second)->second;
+    Disarm(e);
+    e.state = State::kResubmit;
+    resubmit_.push_back(&e);
+  }
+  Tidy();
+  while (!resend_timers_.empty() && resend_timers_.front().deadline <= now) {
+    SentTimer t = std::move(resend_timers_.front());
+    resend_timers_.pop_front();
+    auto it = batches_.find(t.id);
+    if (it == batches_.end() || it->second.arm != t.arm) continue;
+    ArmResend(it->second, now + options_.resend_after);
+    fetch->push_back(std::move(t.id));
   }
 }
 
 std::optional<TimePoint> BatchTracker::NextDeadline() const {
-  if (timers_.empty()) return std::nullopt;
-  return timers_.begin()->first;
+  Tidy();
+  std::optional<TimePoint> next;
+  if (!resend_timers_.empty()) next = resend_timers_.front().deadline;
+  if (!retry_timers_.empty() && (!next || retry_timers_.begin()->first < *next)) {
+    next = retry_timers_.begin()->first;
+  }
+  return next;
 }
 
 }  // namespace fleet::client

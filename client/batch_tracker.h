@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <optional>
@@ -130,19 +131,37 @@ class BatchTracker {
     State state = State::kPending;
     TimePoint deadline{};  // resend (kSent) or retry (kRetry) time
     Duration backoff{};    // the next queue-full wait
+    std::uint64_t arm = 0;  // the live resend timer's number; 0: none
   };
-  using Timer = std::pair<TimePoint, std::string>;
+  // A resend deadline. Every one is resend_after from when it was armed, so
+  // they are armed in deadline order and a FIFO keeps them sorted. A timer
+  // is not erased when its batch finishes or is re-armed: it is stale once
+  // `arm` no longer matches its batch's (numbers are never reused), and is
+  // dropped when it reaches the front or when the FIFO is compacted.
+  struct SentTimer {
+    TimePoint deadline;
+    std::string id;
+    std::uint64_t arm;
+  };
+  using RetryTimer = std::pair<TimePoint, std::string>;
 
   Entry* Find(std::string_view id);
-  void Arm(Entry& entry, TimePoint deadline);
+  bool Live(const SentTimer& t) const;
+  void ArmResend(Entry& entry, TimePoint deadline);
+  void ArmRetry(Entry& entry, TimePoint deadline);
   void Disarm(Entry& entry);
+  // Drops stale timers at the front of the FIFO; compacts it when stale
+  // ones make up most of it, so it stays within a few times the window.
+  void Tidy() const;
 
   Options options_;
-  // Key: batch id. Node-based, so Batch pointers survive rehashing.
+  // Key: batch id. Node-based, so Entry pointers survive rehashing.
   std::unordered_map<std::string, Entry, IdHash, std::equal_to<>> batches_;
-  std::deque<std::string> pending_;   // ids in state kPending, FIFO
-  std::deque<std::string> resubmit_;  // ids in state kResubmit, FIFO
-  std::set<Timer> timers_;            // (deadline, id) of kSent and kRetry
+  std::deque<Entry*> pending_;   // state kPending, FIFO
+  std::deque<Entry*> resubmit_;  // state kResubmit, FIFO
+  mutable std::deque<SentTimer> resend_timers_;  // of kSent, by deadline
+  std::set<RetryTimer> retry_timers_;            // (deadline, id) of kRetry
+  std::uint64_t next_arm_ = 0;
 };
 
 }  // namespace fleet::client

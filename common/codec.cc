@@ -698,16 +698,23 @@ Decoded Decode(const void* data, std::size_t size, const Limits& limits) {
     return d;
   }
   try {
+    // One zone per thread, emptied after each message, instead of a fresh
+    // one (an 8 KiB malloc and free) per message on every hot path.
+    // clear() keeps only its first chunk, so a large message's arrays do
+    // not stay.
+    thread_local msgpack::zone zone;
+    struct ClearZone {
+      ~ClearZone() { zone.clear(); }
+    } clear_zone;
     std::size_t offset = 0;
-    msgpack::object_handle handle = msgpack::unpack(
-        static_cast<const char*>(data), size, offset, ReferenceAll, nullptr,
+    const msgpack::object root = msgpack::unpack(
+        zone, static_cast<const char*>(data), size, offset, ReferenceAll, nullptr,
         unpack_limits);
     if (offset != size) {
       d.error = ErrorCode::kMalformed;
       d.detail = std::to_string(size - offset) + " trailing bytes after the message";
       return d;
     }
-    const msgpack::object& root = handle.get();
     if (root.type != msgpack::type::ARRAY || root.via.array.size < 2) {
       d.error = ErrorCode::kMalformed;
       d.detail = "message is not an array of [version, command, ...]";
@@ -737,7 +744,7 @@ Decoded Decode(const void* data, std::size_t size, const Limits& limits) {
     reader.Next();
     d.message = DecodeBody(static_cast<Command>(command.via.u64), reader);
     // Strings and bins reference `data`, arrays were only needed while
-    // converting: the zone can go with the handle.
+    // converting: the zone can be cleared.
   } catch (const Reject& r) {
     d.message.reset();
     d.error = r.code;

@@ -2,91 +2,25 @@
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <new>
-
-#if defined(__SANITIZE_THREAD__)
-extern "C" void __tsan_acquire(void* addr);
-extern "C" void __tsan_release(void* addr);
-#endif
+#include <system_error>
 
 namespace fleet::worker {
-namespace {
 
-// ThreadSanitizer (scripts/sanitize.sh tsan) cannot see that libzmq, which is
-// not instrumented, orders a slot's send before the loop's receive of that
-// message: it would report the result a slot built and the loop reads (and
-// frees, in FreeString) as a race. Each completion sent releases this sync
-// object and each one received acquires it; no-ops in other builds. One object for every
-// pool is coarser than the truth (a receive is ordered after every earlier
-// send), but every completion does reach the loop this way. Rejected: a
-// race:AdoptString suppression, which would also hide real races on results.
-[[maybe_unused]] char g_inproc_handoff;
-void HandoffRelease() {
-#if defined(__SANITIZE_THREAD__)
-  __tsan_release(&g_inproc_handoff);
-#endif
-}
-void HandoffAcquire() {
-#if defined(__SANITIZE_THREAD__)
-  __tsan_acquire(&g_inproc_handoff);
-#endif
-}
-
-// Inproc frames of one completion: id, attempt (4 bytes, host order: inproc
-// never leaves the process), ok (1 byte), result, error.
-constexpr std::size_t kFrames = 6;
-
-void FreeString(void* /*data*/, void* hint) { delete static_cast<std::string*>(hint); }
-
-// A frame that takes over `s` instead of copying it; results can be 16 MiB.
-zmq::message_t AdoptString(std::string&& s) {
-  if (s.empty()) return zmq::message_t();
-  auto* owned = new std::string(std::move(s));
-  return zmq::message_t(owned->data(), owned->size(), &FreeString, owned);
-}
-
-}  // namespace
-
-std::optional<Completion> Completion::Receive(zmq::socket_t& pull) {
-  Completion c;
-  zmq::message_t frame;
-  if (!pull.recv(frame, zmq::recv_flags::dontwait)) return std::nullopt;
-  HandoffAcquire();
-  bool more = frame.more();
-  c.frames_.reserve(kFrames);
-  c.frames_.push_back(std::move(frame));
-  while (more) {
-    zmq::message_t part;
-    if (!pull.recv(part, zmq::recv_flags::none)) break;
-    more = part.more();
-    c.frames_.push_back(std::move(part));
-  }
-  if (c.frames_.size() != kFrames || c.frames_[1].size() != sizeof(c.attempt_) ||
-      c.frames_[2].size() != 1 || c.frames_[5].size() != sizeof(double)) {
-    spdlog::error("slot sent a malformed completion ({} frames); dropped",
-                  c.frames_.size());
-    return std::nullopt;
-  }
-  std::memcpy(&c.attempt_, c.frames_[1].data(), sizeof(c.attempt_));
-  c.ok_ = *static_cast<const char*>(c.frames_[2].data()) != 0;
-  std::memcpy(&c.seconds_, c.frames_[5].data(), sizeof(c.seconds_));
-  return c;
-}
-
-std::size_t Completion::size() const {
-  return id().size() + result().size() + error().size() + 32;
-}
-
-SlotPool::SlotPool(zmq::context_t& context, const std::string& results_endpoint,
-                   Handler& handler, int slots, Timeout timeout,
+SlotPool::SlotPool(Handler& handler, int slots, Timeout timeout,
                    std::size_t max_result_bytes, std::size_t max_error_bytes)
     : handler_(handler),
       timeout_(timeout),
       max_result_bytes_(max_result_bytes),
       max_error_bytes_(max_error_bytes) {
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
   // Threads inherit the creating thread's mask: block the stop signals for
   // the slots only, then restore ours.
   sigset_t block, old;
@@ -95,11 +29,7 @@ SlotPool::SlotPool(zmq::context_t& context, const std::string& results_endpoint,
   sigaddset(&block, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &block, &old);
   try {
-    for (int i = 0; i < slots; ++i) {
-      threads_.emplace_back([this, &context, results_endpoint] {
-        SlotMain(context, results_endpoint);
-      });
-    }
+    for (int i = 0; i < slots; ++i) threads_.emplace_back([this] { SlotMain(); });
   } catch (...) {
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     {
@@ -108,6 +38,7 @@ SlotPool::SlotPool(zmq::context_t& context, const std::string& results_endpoint,
     }
     cv_.notify_all();
     for (auto& t : threads_) t.join();
+    close(wake_fd_);
     throw;
   }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
@@ -120,6 +51,7 @@ SlotPool::~SlotPool() {
   }
   cv_.notify_all();
   for (auto& t : threads_) t.join();
+  close(wake_fd_);
 }
 
 void SlotPool::Submit(Task task) {
@@ -130,12 +62,52 @@ void SlotPool::Submit(Task task) {
   cv_.notify_one();
 }
 
-void SlotPool::SlotMain(zmq::context_t& context, const std::string& endpoint) {
-  zmq::socket_t push(context, zmq::socket_type::push);
-  push.set(zmq::sockopt::linger, 0);
-  push.set(zmq::sockopt::sndhwm, 0);  // the loop drains; never drop or block on HWM
-  push.connect(endpoint);
+void SlotPool::Submit(std::vector<Task>& tasks) {
+  if (tasks.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Task& t : tasks) queue_.push_back(std::move(t));
+  }
+  if (tasks.size() == 1) {
+    cv_.notify_one();
+  } else {
+    cv_.notify_all();
+  }
+  tasks.clear();
+}
 
+std::size_t SlotPool::Take(std::deque<Completion>* out) {
+  // Reset the fd first, then take: a result added after the take sets it
+  // again, so none is left without a wake-up.
+  std::uint64_t n;
+  if (read(wake_fd_, &n, sizeof n) < 0 && errno != EAGAIN && errno != EINTR) {
+    spdlog::error("slot pool: reading its eventfd failed: {}", std::strerror(errno));
+  }
+  std::vector<Completion> taken;
+  {
+    std::lock_guard<std::mutex> lock(done_mu_);
+    taken.swap(done_);
+  }
+  for (Completion& c : taken) out->push_back(std::move(c));
+  return taken.size();
+}
+
+void SlotPool::Finish(Completion c) {
+  bool was_empty;
+  {
+    std::lock_guard<std::mutex> lock(done_mu_);
+    was_empty = done_.empty();
+    done_.push_back(std::move(c));
+  }
+  // Only the first result of a run wakes the loop; it takes them all.
+  if (was_empty) {
+    const std::uint64_t one = 1;
+    while (write(wake_fd_, &one, sizeof one) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+void SlotPool::SlotMain() {
   while (true) {
     Task task;
     {
@@ -170,20 +142,7 @@ void SlotPool::SlotMain(zmq::context_t& context, const std::string& endpoint) {
     }
     spdlog::debug("batch {} attempt {} {} in {:.3f}s", task.id, task.attempt,
                   out.ok ? "ok" : "failed", took.count());
-
-    const char ok = out.ok ? 1 : 0;
-    // Blocking sends: inproc to a live PULL with no HWM never blocks for
-    // long, and a completion must never be dropped.
-    push.send(zmq::buffer(task.id), zmq::send_flags::sndmore);
-    push.send(zmq::buffer(&task.attempt, sizeof(task.attempt)), zmq::send_flags::sndmore);
-    push.send(zmq::buffer(&ok, 1), zmq::send_flags::sndmore);
-    push.send(AdoptString(std::move(out.result)), zmq::send_flags::sndmore);
-    push.send(zmq::buffer(out.error), zmq::send_flags::sndmore);
-    const double seconds = took.count();
-    // After AdoptString: the loop cannot receive any frame before the last
-    // one is sent (multipart messages arrive whole).
-    HandoffRelease();
-    push.send(zmq::buffer(&seconds, sizeof(seconds)), zmq::send_flags::none);
+    Finish(Completion(std::move(task.id), task.attempt, std::move(out), took.count()));
   }
 }
 

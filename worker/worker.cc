@@ -14,7 +14,6 @@
 namespace fleet::worker {
 namespace {
 
-constexpr const char* kResultsEndpoint = "inproc://fleet-worker-results";
 // Broker messages handled per loop iteration, so a flood cannot starve the
 // slots' results or the timers.
 constexpr int kMaxMessagesPerIteration = 1000;
@@ -85,7 +84,6 @@ Worker::Worker(WorkerOptions options)
     : options_(std::move(options)),
       rng_(std::random_device{}()),
       context_(1),
-      results_(context_, zmq::socket_type::pull),
       heartbeat_(options_.heartbeat),
       liveness_(options_.liveness),
       backoff_(options_.backoff_initial),
@@ -93,11 +91,7 @@ Worker::Worker(WorkerOptions options)
                                          std::max(options_.prefetch, 0))) {
   ValidateOptions(options_);
   handler_ = MakeHandler(options_.handler);
-  results_.set(zmq::sockopt::rcvhwm, 0);
-  results_.set(zmq::sockopt::linger, 0);
-  results_.bind(kResultsEndpoint);
-  pool_ = std::make_unique<SlotPool>(context_, kResultsEndpoint, *handler_,
-                                     options_.concurrency, options_.batch_timeout,
+  pool_ = std::make_unique<SlotPool>(*handler_, options_.concurrency, options_.batch_timeout,
                                      options_.limits.max_payload_bytes,
                                      kMaxErrorBytes);
   if (!options_.metrics.empty()) {
@@ -126,14 +120,14 @@ int Worker::Run() {
     if (exit_code_) return *exit_code_;
 
     zmq::pollitem_t items[2] = {
-        {results_.handle(), 0, ZMQ_POLLIN, 0},
+        {nullptr, pool_->wake_fd(), ZMQ_POLLIN, 0},
         {broker_ ? broker_->handle() : nullptr, 0,
          static_cast<short>(ZMQ_POLLIN | (want_out_ ? ZMQ_POLLOUT : 0)), 0},
     };
     PollNoThrow(items, broker_ ? 2 : 1, PollTimeout(now));
 
     now = clock_.Now();
-    ReceiveCompletions();
+    if (items[0].revents & ZMQ_POLLIN) ReceiveCompletions();
     ReceiveFromBroker(now);
   }
 }
@@ -181,14 +175,13 @@ bool Worker::MaySendResults() const {
 }
 
 void Worker::ReceiveCompletions() {
-  while (auto completion = Completion::Receive(results_)) {
+  const std::size_t before = unsent_.size();
+  const std::size_t n = pool_->Take(&unsent_);
+  for (std::size_t i = before; i < before + n; ++i) {
     credit_.OnCompleted();
-    if (metrics_) {
-      metrics_->OnCompleted(completion->ok(), completion->seconds());
-      metrics_->SetBusy(credit_.held());
-    }
-    unsent_.push_back(std::move(*completion));
+    if (metrics_) metrics_->OnCompleted(unsent_[i].ok(), unsent_[i].seconds());
   }
+  if (metrics_ && n > 0) metrics_->SetBusy(credit_.held());
 }
 
 void Worker::ReceiveFromBroker(TimePoint now) {
@@ -260,9 +253,10 @@ void Worker::HandleDispatch(const proto::Dispatch& dispatch) {
   const auto n = static_cast<std::uint32_t>(dispatch.batches.size());
   for (const auto& b : dispatch.batches) {
     // The one copy of the payload: out of the frame, into the task.
-    pool_->Submit(Task{std::string(b.id), std::string(b.queue), b.attempt,
-                       std::string(b.payload)});
+    tasks_.push_back(
+        Task{std::string(b.id), std::string(b.queue), b.attempt, std::string(b.payload)});
   }
+  pool_->Submit(tasks_);
   credit_.OnDispatch(n);
   if (metrics_) metrics_->SetBusy(credit_.held());
   if (credit_.over_committed() && !warned_overcredit_) {

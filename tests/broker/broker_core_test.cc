@@ -91,6 +91,7 @@ class BrokerCoreTest : public ::testing::Test {
       if (auto* s = std::get_if<proto::Stop>(&*d.message)) stops_[f.identity] = std::string(s->reason);
     }
     core_->outbox().clear();
+    core_->AfterFlush(clock_.Now());
     return sent;
   }
 
@@ -485,7 +486,7 @@ TEST_F(BrokerCoreTest, DeadLetteredResultIsDeliveredEvenWithZeroRetention) {
   Submit("P", {"a"});
   PumpAndFlush();
   clock_.Advance(std::chrono::seconds(4));
-  core_->Tick(clock_.Now());  // dead-letters, then expires the stored result
+  core_->Tick(clock_.Now());  // dead-letters; the flush's trim would expire it
   auto it = core_->outbox().producers.find("P");
   ASSERT_NE(it, core_->outbox().producers.end());
   ASSERT_EQ(it->second.results.size(), 1u);

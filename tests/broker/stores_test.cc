@@ -1,5 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <deque>
+#include <map>
+#include <random>
+#include <string>
+
 #include "broker/blacklist.h"
 #include "broker/result_store.h"
 #include "common/clock.h"
@@ -40,21 +45,78 @@ TEST(ResultStoreTest, FirstResultWinsAndExpiresAfterRetention) {
   EXPECT_FALSE(rs.Put("b1", {proto::Outcome::kOk, 2, "second", "", clock.Now()}));
   EXPECT_EQ(rs.Find("b1")->result, "first");
   clock.Advance(std::chrono::seconds(59));
-  EXPECT_EQ(rs.Expire(clock.Now()), 0u);
+  EXPECT_EQ(rs.Trim(clock.Now()), 0u);
   clock.Advance(std::chrono::seconds(1));
-  EXPECT_EQ(rs.Expire(clock.Now()), 1u);
+  EXPECT_EQ(rs.Trim(clock.Now()), 1u);
   EXPECT_EQ(rs.Find("b1"), nullptr);
 }
 
-TEST(ResultStoreTest, EvictsOldestPastMaxEntries) {
+TEST(ResultStoreTest, EvictsOldestPastMaxEntriesAtTheTrim) {
   FakeClock clock;
   ResultStore rs(std::chrono::seconds(60), 2);
-  rs.Put("a", {proto::Outcome::kOk, 1, "", "", clock.Now()});
+  const StoredResult* a = rs.Put("a", {proto::Outcome::kOk, 1, "ra", "", clock.Now()});
   rs.Put("b", {proto::Outcome::kOk, 1, "", "", clock.Now()});
   rs.Put("c", {proto::Outcome::kOk, 1, "", "", clock.Now()});
+  // Until the trim, every result handed out stays where it is.
+  EXPECT_EQ(rs.Find("a"), a);
+  EXPECT_EQ(a->result, "ra");
+  EXPECT_EQ(rs.size(), 3u);
+  EXPECT_EQ(rs.Trim(clock.Now()), 1u);
   EXPECT_EQ(rs.Find("a"), nullptr);
   EXPECT_NE(rs.Find("c"), nullptr);
   EXPECT_EQ(rs.evicted_early(), 1u);
+}
+
+// The store against a plain model (a FIFO of ids and a map) through many
+// thousands of puts, duplicate puts, finds, evictions and expiries, so the
+// index's positions stay right as the FIFO's front moves and its table grows
+// and shifts entries back on erase.
+TEST(ResultStoreTest, MatchesAPlainModelThroughChurn) {
+  FakeClock clock;
+  const std::size_t cap = 500;
+  ResultStore rs(std::chrono::seconds(10), cap);
+  std::deque<std::pair<std::string, TimePoint>> order;  // the model
+  std::map<std::string, std::string> values;
+  std::mt19937 rng(7);
+  std::uint64_t evicted = 0;
+  for (int step = 0; step < 40000; ++step) {
+    const std::string id = "b" + std::to_string(rng() % 3000);
+    const int op = static_cast<int>(rng() % 10);
+    if (op < 6) {
+      const std::string value = "v" + std::to_string(step);
+      const bool stored = rs.Put(id, {proto::Outcome::kOk, 1, value, "", clock.Now()}) != nullptr;
+      ASSERT_EQ(stored, values.count(id) == 0) << "step " << step << " id " << id;
+      if (stored) {
+        order.emplace_back(id, clock.Now());
+        values[id] = value;
+      }
+    } else if (op < 9) {
+      auto found = rs.Find(id);
+      auto it = values.find(id);
+      ASSERT_EQ(found != nullptr, it != values.end()) << "step " << step << " id " << id;
+      if (found) {
+        ASSERT_EQ(found->result, it->second);
+      }
+    } else {
+      clock.Advance(std::chrono::milliseconds(rng() % 200));
+      std::size_t dropped = 0;
+      while (!order.empty() && clock.Now() - order.front().second >= std::chrono::seconds(10)) {
+        values.erase(order.front().first);
+        order.pop_front();
+        ++dropped;
+      }
+      while (order.size() > cap) {
+        values.erase(order.front().first);
+        order.pop_front();
+        ++dropped;
+        ++evicted;
+      }
+      ASSERT_EQ(rs.Trim(clock.Now()), dropped) << "step " << step;
+    }
+    ASSERT_EQ(rs.size(), order.size());
+  }
+  EXPECT_EQ(rs.evicted_early(), evicted);
+  EXPECT_GT(evicted, 0u);  // the run reached the count bound
 }
 
 }  // namespace

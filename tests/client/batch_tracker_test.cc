@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -159,6 +160,37 @@ TEST(BatchTrackerTest, FinishedBatchesWakeQueueFullRetriesBeforeTheirBackoffEnds
   t.WakeRetries(2);  // two batches finished at the broker
   EXPECT_EQ(Peek(t), (std::vector<std::string>{"b", "c"}));
   EXPECT_EQ(t.resubmits(), 2u);
+}
+
+// Many thousands of batches sent, accepted and finished leave stale resend
+// timers behind; the ones still outstanding keep theirs through the
+// clean-ups, and come due exactly once each.
+TEST(BatchTrackerTest, OutstandingBatchesKeepTheirResendDeadlineThroughChurn) {
+  BatchTracker t = Make(64);
+  TimePoint now = kT0;
+  std::vector<std::string> kept;
+  for (int i = 0; i < 50000; ++i) {
+    const std::string id = "b" + std::to_string(i);
+    ASSERT_TRUE(t.Add(id, "", "p"));
+    t.MarkSent(1, now);
+    ASSERT_TRUE(t.OnAccepted(id, now));
+    if (i % 5000 == 0) {
+      kept.push_back(id);  // never finishes
+    } else {
+      ASSERT_TRUE(t.Complete(id));
+    }
+    now += std::chrono::microseconds(10);
+  }
+  EXPECT_EQ(t.outstanding(), kept.size());
+  std::vector<std::string> fetch;
+  t.Due(now, &fetch);
+  EXPECT_TRUE(fetch.empty());
+  t.Due(now + seconds(10), &fetch);
+  std::sort(fetch.begin(), fetch.end());
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(fetch, kept);
+  for (const std::string& id : kept) ASSERT_TRUE(t.Complete(id));
+  EXPECT_FALSE(t.NextDeadline().has_value());
 }
 
 }  // namespace

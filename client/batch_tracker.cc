@@ -138,7 +138,7 @@ bool BatchTracker::OnQueueFull(std::string_view id, TimePoint now) {
 }
 
 void BatchTracker::WakeRetries(std::size_t n) {
-  // Earliest deadline first: the batch refused longest ago goes first.
+  // Earliest retry deadline first.
   while (n > 0 && !retry_timers_.empty()) {
     Entry& e = batches_.find(retry_timers_.begin()->second)->second;
     Disarm(e);

@@ -65,6 +65,12 @@ class BatchTracker {
   };
 
   explicit BatchTracker(Options options);
+  // Movable (the map's nodes, which the queues point at, move along), not
+  // copyable (a copy's queues would point into the original's map).
+  BatchTracker(const BatchTracker&) = delete;
+  BatchTracker& operator=(const BatchTracker&) = delete;
+  BatchTracker(BatchTracker&&) = default;
+  BatchTracker& operator=(BatchTracker&&) = default;
 
   // Copies the batch into the pending FIFO. Returns false (and keeps
   // nothing) when `id` is already outstanding.
@@ -134,7 +140,8 @@ class BatchTracker {
     std::uint64_t arm = 0;  // the live resend timer's number; 0: none
   };
   // A resend deadline. Every one is resend_after from when it was armed, so
-  // they are armed in deadline order and a FIFO keeps them sorted. A timer
+  // they are armed in deadline order and a FIFO keeps them sorted (callers'
+  // `now` never goes back; if it did, a fetch would only come late). A timer
   // is not erased when its batch finishes or is re-armed: it is stale once
   // `arm` no longer matches its batch's (numbers are never reused), and is
   // dropped when it reaches the front or when the FIFO is compacted.
@@ -155,7 +162,10 @@ class BatchTracker {
   void Tidy() const;
 
   Options options_;
-  // Key: batch id. Node-based, so Entry pointers survive rehashing.
+  // Key: batch id. Node-based, so Entry pointers survive rehashing. The
+  // queues point at entries (no lookup per batch sent); an entry leaves
+  // its queue before it is erased (Complete), and a pending one is never
+  // erased.
   std::unordered_map<std::string, Entry, IdHash, std::equal_to<>> batches_;
   std::deque<Entry*> pending_;   // state kPending, FIFO
   std::deque<Entry*> resubmit_;  // state kResubmit, FIFO

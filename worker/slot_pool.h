@@ -1,21 +1,27 @@
 // Handler slots: `slots` threads that each run one batch at a time, fed by a
-// FIFO task queue, handing their results back to the event loop through a
-// list under a mutex and an eventfd the loop polls.
+// FIFO task queue and reporting each result over their own inproc PUSH
+// socket to a PULL socket the event loop owns.
 //
-// Rejected: an inproc PUSH per slot to a PULL of the loop's (the first
-// design). Each result then cost a six-frame zmq message, its allocations
-// and a signal through libzmq's mailbox; here a result is one move into a
-// vector, and only the first of a run of results wakes the loop.
+// A result is two frames: a small header (attempt, outcome, run time, id,
+// error) and the result itself, handed over without a copy. Rejected: one
+// frame per field (six per result, the first design; each frame is a pipe
+// write on both sides); and a list under a mutex with an eventfd (a little
+// cheaper still, but the loop would share state with the slots, where the
+// style is that a loop hears from its threads over sockets it owns).
 //
-// Owns the slot threads, both queues and the eventfd. Borrows the handler,
-// which must outlive the pool. Submit and Take are meant for the loop's
-// thread (they are thread-safe all the same).
+// Owns the slot threads, the task queue and the slots' PUSH sockets (each
+// created, used and closed on its own thread). Borrows the zmq context and
+// the handler, which must outlive the pool. Submit is thread-safe; the rest
+// is meant for the loop's thread.
 #pragma once
+
+#include <zmq.hpp>
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -33,44 +39,55 @@ struct Task {
   std::string payload;
 };
 
-// One finished batch as the loop takes it.
+// One finished batch as the loop receives it. Owns the inproc frames; the
+// views are taken from them on each call, so moving a Completion (which
+// moves the frames, small ones stored inline) keeps them right.
 class Completion {
  public:
-  Completion(std::string id, std::uint32_t attempt, HandlerOutput out, double seconds)
-      : id_(std::move(id)),
-        attempt_(attempt),
-        ok_(out.ok),
-        result_(std::move(out.result)),
-        error_(std::move(out.error)),
-        seconds_(seconds) {}
+  // Receives one completion without blocking. Returns nullopt when nothing
+  // is waiting or the message is not one a slot sends (then it is dropped).
+  static std::optional<Completion> Receive(zmq::socket_t& pull);
 
-  std::string_view id() const { return id_; }
+  std::string_view id() const { return Header(kIdAt, id_size_); }
   std::uint32_t attempt() const { return attempt_; }
   bool ok() const { return ok_; }
-  std::string_view result() const { return result_; }
-  std::string_view error() const { return error_; }
+  std::string_view result() const {
+    return {static_cast<const char*>(result_.data()), result_.size()};
+  }
+  std::string_view error() const {
+    return Header(kIdAt + id_size_, header_.size() - kIdAt - id_size_);
+  }
   // How long the handler ran.
   double seconds() const { return seconds_; }
   // Bytes this completion adds to an encoded DONE (roughly).
-  std::size_t size() const { return id_.size() + result_.size() + error_.size() + 32; }
+  std::size_t size() const { return header_.size() + result_.size() + 16; }
+
+  // Header layout, host order (inproc never leaves the process): attempt
+  // (4 bytes), ok (1), seconds (8, a double), id size (4), id, error.
+  static constexpr std::size_t kIdAt = 4 + 1 + 8 + 4;
 
  private:
-  std::string id_;
-  std::uint32_t attempt_;
-  bool ok_;
-  std::string result_;
-  std::string error_;
-  double seconds_;
+  std::string_view Header(std::size_t at, std::size_t n) const {
+    return {static_cast<const char*>(header_.data()) + at, n};
+  }
+  zmq::message_t header_;
+  zmq::message_t result_;
+  std::uint32_t attempt_ = 0;
+  std::uint32_t id_size_ = 0;
+  bool ok_ = false;
+  double seconds_ = 0;
 };
 
 class SlotPool {
  public:
-  // Starts `slots` threads (>= 1). `timeout` > 0 fails any batch that runs
-  // longer. The threads block SIGINT and SIGTERM so the signals reach the
-  // loop's thread and wake its poll. Throws std::system_error when the
-  // eventfd or a thread cannot be made.
-  SlotPool(Handler& handler, int slots, Timeout timeout, std::size_t max_result_bytes,
-           std::size_t max_error_bytes);
+  // Starts `slots` threads (>= 1), each with a PUSH socket connected to
+  // `results_endpoint`, which the caller must already have bound on
+  // `context` (inproc needs bind before connect). `timeout` > 0 fails any
+  // batch that runs longer. The threads block SIGINT and SIGTERM so the
+  // signals reach the loop's thread and wake its poll.
+  SlotPool(zmq::context_t& context, const std::string& results_endpoint,
+           Handler& handler, int slots, Timeout timeout,
+           std::size_t max_result_bytes, std::size_t max_error_bytes);
   // Waits for the batches being run to finish; drops queued ones (callers
   // destroy the pool only when it holds nothing, or on a hard exit path).
   ~SlotPool();
@@ -78,33 +95,23 @@ class SlotPool {
   SlotPool& operator=(const SlotPool&) = delete;
 
   // Queues tasks; the first free slot takes each (FIFO). The vector form
-  // takes the lock once for a whole DISPATCH.
+  // takes the lock once for a whole DISPATCH and leaves `tasks` empty.
   void Submit(Task task);
   void Submit(std::vector<Task>& tasks);
-
-  // Readable while finished batches wait to be taken: poll it for POLLIN.
-  int wake_fd() const { return wake_fd_; }
-  // Appends every finished batch to `out`, oldest first, and clears the
-  // fd's readiness. Returns how many it appended.
-  std::size_t Take(std::deque<Completion>* out);
 
   int slots() const { return static_cast<int>(threads_.size()); }
 
  private:
-  void SlotMain();
-  void Finish(Completion c);
+  void SlotMain(zmq::context_t& context, const std::string& endpoint);
 
   Handler& handler_;
   const Timeout timeout_;
   const std::size_t max_result_bytes_;
   const std::size_t max_error_bytes_;
-  int wake_fd_ = -1;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;  // guarded by mu_
   bool stopping_ = false;   // guarded by mu_
-  std::mutex done_mu_;
-  std::vector<Completion> done_;  // guarded by done_mu_
   std::vector<std::thread> threads_;
 };
 

@@ -14,6 +14,7 @@
 namespace fleet::worker {
 namespace {
 
+constexpr const char* kResultsEndpoint = "inproc://fleet-worker-results";
 // Broker messages handled per loop iteration, so a flood cannot starve the
 // slots' results or the timers.
 constexpr int kMaxMessagesPerIteration = 1000;
@@ -84,6 +85,7 @@ Worker::Worker(WorkerOptions options)
     : options_(std::move(options)),
       rng_(std::random_device{}()),
       context_(1),
+      results_(context_, zmq::socket_type::pull),
       heartbeat_(options_.heartbeat),
       liveness_(options_.liveness),
       backoff_(options_.backoff_initial),
@@ -91,7 +93,11 @@ Worker::Worker(WorkerOptions options)
                                          std::max(options_.prefetch, 0))) {
   ValidateOptions(options_);
   handler_ = MakeHandler(options_.handler);
-  pool_ = std::make_unique<SlotPool>(*handler_, options_.concurrency, options_.batch_timeout,
+  results_.set(zmq::sockopt::rcvhwm, 0);
+  results_.set(zmq::sockopt::linger, 0);
+  results_.bind(kResultsEndpoint);
+  pool_ = std::make_unique<SlotPool>(context_, kResultsEndpoint, *handler_,
+                                     options_.concurrency, options_.batch_timeout,
                                      options_.limits.max_payload_bytes,
                                      kMaxErrorBytes);
   if (!options_.metrics.empty()) {
@@ -120,14 +126,14 @@ int Worker::Run() {
     if (exit_code_) return *exit_code_;
 
     zmq::pollitem_t items[2] = {
-        {nullptr, pool_->wake_fd(), ZMQ_POLLIN, 0},
+        {results_.handle(), 0, ZMQ_POLLIN, 0},
         {broker_ ? broker_->handle() : nullptr, 0,
          static_cast<short>(ZMQ_POLLIN | (want_out_ ? ZMQ_POLLOUT : 0)), 0},
     };
     PollNoThrow(items, broker_ ? 2 : 1, PollTimeout(now));
 
     now = clock_.Now();
-    if (items[0].revents & ZMQ_POLLIN) ReceiveCompletions();
+    ReceiveCompletions();
     ReceiveFromBroker(now);
   }
 }
@@ -175,13 +181,14 @@ bool Worker::MaySendResults() const {
 }
 
 void Worker::ReceiveCompletions() {
-  const std::size_t before = unsent_.size();
-  const std::size_t n = pool_->Take(&unsent_);
-  for (std::size_t i = before; i < before + n; ++i) {
+  while (auto completion = Completion::Receive(results_)) {
     credit_.OnCompleted();
-    if (metrics_) metrics_->OnCompleted(unsent_[i].ok(), unsent_[i].seconds());
+    if (metrics_) {
+      metrics_->OnCompleted(completion->ok(), completion->seconds());
+      metrics_->SetBusy(credit_.held());
+    }
+    unsent_.push_back(std::move(*completion));
   }
-  if (metrics_ && n > 0) metrics_->SetBusy(credit_.held());
 }
 
 void Worker::ReceiveFromBroker(TimePoint now) {

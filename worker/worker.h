@@ -1,7 +1,7 @@
-// The worker's event loop: one DEALER to the broker and the slot pool's
-// eventfd (results ready), polled together on the main thread.
+// The worker's event loop: one DEALER to the broker and one inproc PULL for
+// the slots' results, polled together on the main thread.
 //
-// Owns the zmq context, the socket, the handler and the slot pool. Not
+// Owns the zmq context, both sockets, the handler and the slot pool. Not
 // thread-safe: construct it and call Run on one thread. The loop speaks the
 // backend protocol (docs/protocol.md): HELLO on every (re)connect, DONE with
 // coalesced results and the credit freed, HEARTBEAT when idle, DRAIN on
@@ -110,8 +110,10 @@ class Worker {
   SteadyClock clock_;
   std::mt19937 rng_;
 
-  // Declared before the socket so it is destroyed after it.
+  // Declared before the sockets, handler and pool so it is destroyed after
+  // them: every socket (the slots' too) belongs to it.
   zmq::context_t context_;
+  zmq::socket_t results_;                   // PULL, bound before the slots
   std::unique_ptr<zmq::socket_t> broker_;   // DEALER; null while backing off
   std::unique_ptr<Handler> handler_;
   std::unique_ptr<SlotPool> pool_;

@@ -459,7 +459,7 @@ TEST_F(BrokerCoreTest, IdleSecondsCountFromLastResult) {
 namespace fleet::broker {
 namespace {
 
-TEST_F(BrokerCoreTest, ResultsEvictedFromTheStoreBeforeTheFlushAreStillDelivered) {
+TEST_F(BrokerCoreTest, ResultsPastTheRetainedCountAreDeliveredThenTrimmed) {
   BrokerOptions o;
   o.max_retained_results = 1;
   Reset(o);
@@ -469,12 +469,19 @@ TEST_F(BrokerCoreTest, ResultsEvictedFromTheStoreBeforeTheFlushAreStillDelivered
   core_->OnMessage(Socket::kBackend, "W1",
                    proto::Done{2, {{"a", 1, Outcome::kOk, "ra", ""}, {"b", 1, Outcome::kOk, "rb", ""}}},
                    clock_.Now());
+  // Both results reach the outbox whole, though only one may be retained.
   auto it = core_->outbox().producers.find("P");
   ASSERT_NE(it, core_->outbox().producers.end());
   auto& results = it->second.results;
   ASSERT_EQ(results.size(), 2u);
   EXPECT_EQ(results[0].second->result, "ra");
   EXPECT_EQ(results[1].second->result, "rb");
+  // After the flush the store keeps the newest one only.
+  PumpAndFlush();
+  EXPECT_EQ(core_->results().size(), 1u);
+  EXPECT_EQ(core_->results().evicted_early(), 1u);
+  EXPECT_EQ(core_->results().Find("a"), nullptr);
+  ASSERT_NE(core_->results().Find("b"), nullptr);
 }
 
 TEST_F(BrokerCoreTest, DeadLetteredResultIsDeliveredEvenWithZeroRetention) {

@@ -61,8 +61,10 @@ TEST(DataPathTest, KillNineOneOfThreeWorkersEveryBatchStillCompletesOnce) {
   Cluster c;
   c.StartBroker({"--heartbeat-ms", "200"});
   for (auto id : {"k1", "k2", "k3"}) c.StartWorker(id, {"--handler", "sleep", "--concurrency", "4"});
+  // 300 x 100 ms on 12 slots: about 2.5 s of work, so the kill lands mid-run
+  // even when a control call (the held check) is slow.
   Process submit({Bin("fleet-submit"), "--broker", c.frontend(), "--count", "300",
-                  "--payload", "20", "--inflight", "300", "--output", c.dir().File("out.jsonl")},
+                  "--payload", "100", "--inflight", "300", "--output", c.dir().File("out.jsonl")},
                  c.dir().File("submit.log"));
   ASSERT_TRUE(WaitFor([&] { return WorkerField(c, "k2", "held") > 0; }));
   c.worker("k2").Signal(SIGKILL);
@@ -216,7 +218,8 @@ TEST(DataPathTest, BrokerRestartMidRunLosesNoBatchWorkersReRegisterProducerResen
   c.StartBroker(flags);
   c.StartWorker("b1", {"--handler", "sleep", "--concurrency", "4", "--heartbeat-ms", "200"});
   c.StartWorker("b2", {"--handler", "sleep", "--concurrency", "4", "--heartbeat-ms", "200"});
-  Process submit({Bin("fleet-submit"), "--broker", fe, "--count", "200", "--payload", "20",
+  // 200 x 100 ms on 8 slots: about 2.5 s of work, so the broker dies mid-run.
+  Process submit({Bin("fleet-submit"), "--broker", fe, "--count", "200", "--payload", "100",
                   "--inflight", "200", "--resend-after-seconds", "1",
                   "--output", c.dir().File("out.jsonl")},
                  c.dir().File("submit.log"));
@@ -304,7 +307,8 @@ TEST(DataPathTest, DurableBrokerKilledMidRunReplaysEveryAcceptedBatch) {
   c.StartBroker(flags);
   EXPECT_NE(c.BrokerLog().find("durable queue in " + data), std::string::npos) << c.BrokerLog();
   c.StartWorker("d1", {"--handler", "sleep", "--concurrency", "2", "--heartbeat-ms", "200"});
-  Process submit({Bin("fleet-submit"), "--broker", fe, "--count", "200", "--payload", "20",
+  // 200 x 100 ms on 8 slots: about 2.5 s of work, so the broker dies mid-run.
+  Process submit({Bin("fleet-submit"), "--broker", fe, "--count", "200", "--payload", "100",
                   "--inflight", "200", "--resend-after-seconds", "1",
                   "--output", c.dir().File("out.jsonl")},
                  c.dir().File("submit.log"));

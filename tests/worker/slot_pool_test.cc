@@ -2,42 +2,32 @@
 
 #include <gtest/gtest.h>
 
-#include <poll.h>
-
-#include <deque>
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
 namespace fleet::worker {
 namespace {
 
-// Takes one completion, waiting at most `timeout` for the pool's eventfd.
-std::optional<Completion> ReceiveWithin(SlotPool& pool, std::deque<Completion>& taken,
-                                        std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (taken.empty()) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return std::nullopt;
-    pollfd p{pool.wake_fd(), POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left.count())) > 0) pool.Take(&taken);
-  }
-  Completion c = std::move(taken.front());
-  taken.pop_front();
-  return c;
+// Receives one completion, waiting at most `timeout`.
+std::optional<Completion> ReceiveWithin(zmq::socket_t& pull, std::chrono::milliseconds timeout) {
+  zmq::pollitem_t item{pull.handle(), 0, ZMQ_POLLIN, 0};
+  if (zmq::poll(&item, 1, timeout) <= 0) return std::nullopt;
+  return Completion::Receive(pull);
 }
 
 struct PoolFixture {
   explicit PoolFixture(Handler& handler, int slots, Timeout timeout = Timeout(0),
                        std::size_t max_result = 1 << 20)
-      : pool(std::make_unique<SlotPool>(handler, slots, timeout, max_result, 1024)) {}
-  std::optional<Completion> Next(std::chrono::milliseconds timeout) {
-    return ReceiveWithin(*pool, taken, timeout);
+      : pull(context, zmq::socket_type::pull) {
+    pull.set(zmq::sockopt::linger, 0);
+    pull.bind("inproc://results");
+    pool = std::make_unique<SlotPool>(context, "inproc://results", handler, slots,
+                                      timeout, max_result, 1024);
   }
+  zmq::context_t context;
+  zmq::socket_t pull;
   std::unique_ptr<SlotPool> pool;
-  std::deque<Completion> taken;
 };
 
 TEST(SlotPoolTest, ReportsEveryTaskOnceWithItsAttempt) {
@@ -49,7 +39,7 @@ TEST(SlotPoolTest, ReportsEveryTaskOnceWithItsAttempt) {
   }
   std::map<std::string, int> seen;
   for (int i = 0; i < 20; ++i) {
-    auto c = f.Next(std::chrono::seconds(10));
+    auto c = ReceiveWithin(f.pull, std::chrono::seconds(10));
     ASSERT_TRUE(c.has_value());
     const std::string id(c->id());
     ++seen[id];
@@ -65,19 +55,24 @@ TEST(SlotPoolTest, AWholeDispatchSubmittedAtOnceComesBackOnceEach) {
   EchoHandler echo;
   PoolFixture f(echo, 4);
   std::vector<Task> tasks;
-  for (int i = 0; i < 500; ++i) tasks.push_back(Task{"t" + std::to_string(i), "", 1, "x"});
+  for (int i = 0; i < 500; ++i) {
+    tasks.push_back(Task{"t" + std::to_string(i), "", 7, "x" + std::to_string(i)});
+  }
   f.pool->Submit(tasks);
   EXPECT_TRUE(tasks.empty());
   std::map<std::string, int> seen;
   for (int i = 0; i < 500; ++i) {
-    auto c = f.Next(std::chrono::seconds(10));
+    auto c = ReceiveWithin(f.pull, std::chrono::seconds(10));
     ASSERT_TRUE(c.has_value()) << "after " << i << " results";
-    ++seen[std::string(c->id())];
+    const std::string id(c->id());
+    ++seen[id];
+    EXPECT_EQ(c->attempt(), 7u);
+    EXPECT_EQ(c->result(), "x" + id.substr(1));
+    EXPECT_EQ(c->error(), "");
   }
   EXPECT_EQ(seen.size(), 500u);
   for (auto& [id, n] : seen) EXPECT_EQ(n, 1) << id;
-  // Nothing more comes.
-  EXPECT_FALSE(f.Next(std::chrono::milliseconds(50)).has_value());
+  EXPECT_FALSE(ReceiveWithin(f.pull, std::chrono::milliseconds(50)).has_value());
 }
 
 TEST(SlotPoolTest, OneSlotRunsTasksInOrder) {
@@ -85,7 +80,7 @@ TEST(SlotPoolTest, OneSlotRunsTasksInOrder) {
   PoolFixture f(echo, 1);
   for (int i = 0; i < 5; ++i) f.pool->Submit(Task{std::to_string(i), "", 1, ""});
   for (int i = 0; i < 5; ++i) {
-    auto c = f.Next(std::chrono::seconds(10));
+    auto c = ReceiveWithin(f.pull, std::chrono::seconds(10));
     ASSERT_TRUE(c.has_value());
     EXPECT_EQ(c->id(), std::to_string(i));
   }
@@ -95,7 +90,7 @@ TEST(SlotPoolTest, FailedHandlerOutputCarriesError) {
   SleepHandler sleep;
   PoolFixture f(sleep, 1);
   f.pool->Submit(Task{"bad", "", 2, "not-a-number"});
-  auto c = f.Next(std::chrono::seconds(10));
+  auto c = ReceiveWithin(f.pull, std::chrono::seconds(10));
   ASSERT_TRUE(c.has_value());
   EXPECT_FALSE(c->ok());
   EXPECT_EQ(c->result(), "");
@@ -106,7 +101,7 @@ TEST(SlotPoolTest, ResultOverTheLimitFails) {
   EchoHandler echo;
   PoolFixture f(echo, 1, Timeout(0), /*max_result=*/10);
   f.pool->Submit(Task{"big", "", 1, std::string(11, 'x')});
-  auto c = f.Next(std::chrono::seconds(10));
+  auto c = ReceiveWithin(f.pull, std::chrono::seconds(10));
   ASSERT_TRUE(c.has_value());
   EXPECT_FALSE(c->ok());
   EXPECT_NE(c->error().find("exceeds"), std::string_view::npos);

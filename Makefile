@@ -45,7 +45,7 @@ soak: build
 	@$(BUILD_DIR)/tests/fleet-soak --minutes $(SOAK_MINUTES)
 
 # Benchmarks (bench/run.py): fleet next to the ZeroMQ ceiling, Celery and
-# Dask; one table, bench/results/latest.json and PNGs. About 15 minutes on
+# Dask; one table, bench/results/latest.json and PNGs. About 5 minutes on
 # 2 cores; BENCH=--quick for a few minutes.
 BENCH ?=
 bench: build

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """make bench: fleet against the ZeroMQ ceiling and Celery/Dask, in one run.
 
-Runs every benchmark of issue 6 with sizes that finish in about 15 minutes
+Runs every benchmark of issue 6 with sizes that finish in well under 15 minutes (5 here)
 on 2 cores (--quick: a few minutes; --smoke: seconds, for the test suite),
 prints one table, and writes bench/results/latest.json and PNG plots.
 

@@ -1,5 +1,6 @@
 #include "broker/broker_server.h"
 
+#include <malloc.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -152,6 +153,12 @@ void BrokerServer::Run(const std::function<bool()>& stop) {
   // a heartbeat later. An idle broker does not wake for them.
   TimePoint metrics_due = TimePoint::max();
   std::size_t published_queued = 0;  // fleet_queue_depth as last refreshed
+  // Memory freed under load (libzmq's receive buffers, batches done) stays
+  // with malloc; the first tick with no message since the one before hands
+  // it back to the system, once per quiet spell, so a broker holding a big
+  // queue shows what it holds, and no busy loop ever pays for a trim.
+  bool busy_since_tick = false;
+  bool trimmed = true;
   while (!stop()) {
     TimePoint now = clock_.Now();
     auto wait = std::chrono::ceil<Millis>(std::min(next_tick, metrics_due) - now);
@@ -159,6 +166,7 @@ void BrokerServer::Run(const std::function<bool()>& stop) {
     PollNoThrow(items, 3, wait);
     now = clock_.Now();
     const bool active = (items[0].revents | items[1].revents | items[2].revents) & ZMQ_POLLIN;
+    busy_since_tick |= active;
     if (items[0].revents & ZMQ_POLLIN) Drain(frontend_, Socket::kFrontend, now);
     if (items[1].revents & ZMQ_POLLIN) Drain(backend_, Socket::kBackend, now);
     if (items[2].revents & ZMQ_POLLIN) Drain(control_, Socket::kControl, now);
@@ -177,6 +185,13 @@ void BrokerServer::Run(const std::function<bool()>& stop) {
     }
     if (now >= next_tick) {
       core_.Tick(now);
+      if (busy_since_tick) {
+        trimmed = false;
+      } else if (!trimmed) {
+        malloc_trim(0);
+        trimmed = true;
+      }
+      busy_since_tick = false;
       core_.Pump(now);  // batches requeued from dead workers
       Flush(now);
       if (metrics_ != nullptr) {

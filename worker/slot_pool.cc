@@ -198,11 +198,13 @@ void SlotPool::SlotMain(zmq::context_t& context, const std::string& endpoint) {
     std::memcpy(h + 13, &id_size, 4);
     std::memcpy(h + Completion::kIdAt, task.id.data(), task.id.size());
     std::memcpy(h + Completion::kIdAt + task.id.size(), out.error.data(), out.error.size());
+    zmq::message_t result = AdoptString(std::move(out.result));
     push.send(header, zmq::send_flags::sndmore);
-    // After the result is built: the loop cannot receive any frame before
-    // the last one is sent (multipart messages arrive whole).
+    // After both frames are built (the adopted result's string too, which
+    // the loop frees): the loop cannot receive any frame before the last
+    // one is sent (multipart messages arrive whole).
     HandoffRelease();
-    push.send(AdoptString(std::move(out.result)), zmq::send_flags::none);
+    push.send(result, zmq::send_flags::none);
   }
 }
 

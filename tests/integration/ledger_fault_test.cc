@@ -120,7 +120,9 @@ TEST_F(LedgerFaultTest, StoppedWorkerPastLivenessIsReplacedAndItsLateResultsCoun
 }
 
 TEST_F(LedgerFaultTest, RetiringWorkersHoldingNoneOneOrAllSlotsAndAOneSecondGraceLosesNothing) {
-  c_.StartBroker({"--heartbeat-ms", "200", "--retire-linger-ms", "0"});
+  // A 1.5 s liveness: a sanitizer build on a loaded machine can miss three
+  // 200 ms heartbeats, and "long" must stay listed until its SIGKILL.
+  c_.StartBroker({"--heartbeat-ms", "500", "--retire-linger-ms", "0"});
   // main: a steady backlog; solo: one long batch; none: nothing at all;
   // slow: two batches longer than the grace.
   StartWorker("all", 2, 100, {"--queues", "main"});

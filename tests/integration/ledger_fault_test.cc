@@ -128,7 +128,9 @@ TEST_F(LedgerFaultTest, RetiringWorkersHoldingNoneOneOrAllSlotsAndAOneSecondGrac
   StartWorker("all", 2, 100, {"--queues", "main"});
   StartWorker("one", 2, 6000, {"--queues", "solo"});
   StartWorker("zero", 2, 100, {"--queues", "none"});
-  StartWorker("long", 2, 8000, {"--queues", "slow"});
+  // 30 s: well past the retire calls, the grace and the checks even when
+  // each control call takes a second or more (a sanitizer build under load).
+  StartWorker("long", 2, 30000, {"--queues", "slow"});
   StartWorker("m1", 2, 100, {"--queues", "main"});
   StartWorker("m2", 2, 100, {"--queues", "main"});
   auto main_load = StartSubmit(600, 50, {"--queue", "main"});
@@ -142,11 +144,11 @@ TEST_F(LedgerFaultTest, RetiringWorkersHoldingNoneOneOrAllSlotsAndAOneSecondGrac
     EXPECT_EQ(r.exit_code, 0) << r.output;
   }
   // The launcher's stop with a 1 s grace: SIGTERM (drain), then SIGKILL a
-  // second later while it still holds its 8 s batches.
+  // second later while it still holds its 30 s batches.
   usleep(1000 * 1000);
   c_.worker("long").Signal(SIGTERM);
   usleep(1000 * 1000);
-  // Its 8 s batches are still running (a control call that times out on a
+  // Its 30 s batches are still running (a control call that times out on a
   // loaded machine is asked again; the batches outlast these few seconds).
   ASSERT_TRUE(WaitFor([&] { return Held("long") > 0; }, seconds(4)))
       << "the long batches should still be running";

@@ -28,9 +28,16 @@ BatchTracker::Entry* BatchTracker::Find(std::string_view id) {
   return it == batches_.end() ? nullptr : &it->second;
 }
 
-bool BatchTracker::Live(const SentTimer& t) const {
+const BatchTracker::Entry* BatchTracker::LiveEntry(const SentTimer& t) const {
   auto it = batches_.find(t.id);
-  return it != batches_.end() && it->second.arm == t.arm;
+  return it != batches_.end() && it->second.arm == t.arm ? &it->second : nullptr;
+}
+
+void BatchTracker::ResubmitFirstRetry() {
+  Entry& e = batches_.find(retry_timers_.begin()->second)->second;
+  Disarm(e);  // erases that first retry timer
+  e.state = State::kResubmit;
+  resubmit_.push_back(&e);
 }
 
 void BatchTracker::ArmResend(Entry& entry, TimePoint deadline) {
@@ -54,7 +61,7 @@ void BatchTracker::Disarm(Entry& entry) {
 }
 
 void BatchTracker::Tidy() const {
-  while (!resend_timers_.empty() && !Live(resend_timers_.front())) resend_timers_.pop_front();
+  while (!resend_timers_.empty() && !LiveEntry(resend_timers_.front())) resend_timers_.pop_front();
   // Each finished or re-armed batch leaves one stale timer behind; past
   // three per batch in flight, a pass drops them all (amortized O(1) per
   // timer, and the FIFO's memory stays proportional to the window).
@@ -62,7 +69,7 @@ void BatchTracker::Tidy() const {
   if (resend_timers_.size() > 3 * in_flight + 1024) {
     std::deque<SentTimer> kept;
     for (SentTimer& t : resend_timers_) {
-      if (Live(t)) kept.push_back(std::move(t));
+      if (LiveEntry(t)) kept.push_back(std::move(t));
     }
     resend_timers_.swap(kept);
   }
@@ -139,13 +146,7 @@ bool BatchTracker::OnQueueFull(std::string_view id, TimePoint now) {
 
 void BatchTracker::WakeRetries(std::size_t n) {
   // Earliest retry deadline first.
-  while (n > 0 && !retry_timers_.empty()) {
-    Entry& e = batches_.find(retry_timers_.begin()->second)->second;
-    Disarm(e);
-    e.state = State::kResubmit;
-    resubmit_.push_back(&e);
-    --n;
-  }
+  for (; n > 0 && !retry_timers_.empty(); --n) ResubmitFirstRetry();
 }
 
 bool BatchTracker::OnUnknown(std::string_view id) {
@@ -163,12 +164,11 @@ std::size_t BatchTracker::ResendSent() {
   // broker's FIFO order for a restarted in-memory broker.
   std::size_t moved = 0;
   for (const SentTimer& t : resend_timers_) {
-    auto it = batches_.find(t.id);
-    if (it == batches_.end() || it->second.arm != t.arm) continue;
-    Entry& e = it->second;
-    Disarm(e);
-    e.state = State::kResubmit;
-    resubmit_.push_back(&e);
+    Entry* e = LiveEntry(t);
+    if (e == nullptr) continue;
+    Disarm(*e);
+    e->state = State::kResubmit;
+    resubmit_.push_back(e);
     ++moved;
   }
   resend_timers_.clear();  // every one is stale now
@@ -195,19 +195,14 @@ bool BatchTracker::Complete(std::string_view id) {
 }
 
 void BatchTracker::Due(TimePoint now, std::vector<std::string>* fetch) {
-  while (!retry_timers_.empty() && retry_timers_.begin()->first <= now) {
-    Entry& e = batches_.find(retry_timers_.begin()->second)->second;
-    Disarm(e);
-    e.state = State::kResubmit;
-    resubmit_.push_back(&e);
-  }
+  while (!retry_timers_.empty() && retry_timers_.begin()->first <= now) ResubmitFirstRetry();
   Tidy();
   while (!resend_timers_.empty() && resend_timers_.front().deadline <= now) {
     SentTimer t = std::move(resend_timers_.front());
     resend_timers_.pop_front();
-    auto it = batches_.find(t.id);
-    if (it == batches_.end() || it->second.arm != t.arm) continue;
-    ArmResend(it->second, now + options_.resend_after);
+    Entry* e = LiveEntry(t);
+    if (e == nullptr) continue;
+    ArmResend(*e, now + options_.resend_after);
     fetch->push_back(std::move(t.id));
   }
 }

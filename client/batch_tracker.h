@@ -153,7 +153,13 @@ class BatchTracker {
   using RetryTimer = std::pair<TimePoint, std::string>;
 
   Entry* Find(std::string_view id);
-  bool Live(const SentTimer& t) const;
+  // The batch `t` still times, or null when `t` is stale.
+  const Entry* LiveEntry(const SentTimer& t) const;
+  Entry* LiveEntry(const SentTimer& t) {
+    return const_cast<Entry*>(static_cast<const BatchTracker*>(this)->LiveEntry(t));
+  }
+  // The batch with the earliest retry deadline goes to the resubmit queue.
+  void ResubmitFirstRetry();
   void ArmResend(Entry& entry, TimePoint deadline);
   void ArmRetry(Entry& entry, TimePoint deadline);
   void Disarm(Entry& entry);

@@ -261,7 +261,11 @@ def phase_scale_up_and_down(d):
 def phase_docker_kill(d):
     log("phase 2: docker kill of a busy worker mid-run")
     requeued_before = d.stat("requeued") or 0
-    proc = d.submit(600, "200", os.path.join(d.tmp, "p2.jsonl"))
+    # Enough work that a backlog outlasts the kill by far: the replacement is
+    # only wanted while there is work for it, and a loaded Docker engine can
+    # take seconds per container start.
+    count = 2000
+    proc = d.submit(count, "200", os.path.join(d.tmp, "p2.jsonl"))
 
     def busy_target():
         w = d.workers() or []
@@ -280,19 +284,26 @@ def phase_docker_kill(d):
     r = d.docker("kill", victim)
     check(r.returncode == 0, f"docker kill {victim}: {r.stderr}")
     log(f"killed {victim} (pool was {len(before)})")
+
+    def replacement_started():
+        with d._lock:
+            return sorted(n for n, (first, _) in d.seen.items()
+                          if n not in before and first >= killed_at)
+    # Asked while the backlog is still there (the run has not ended), so the
+    # autoscaler has a reason to replace the killed worker.
+    replacements = wait_for("the autoscaler to start a worker after the kill, while the "
+                            "backlog lasts", lambda: replacement_started() or proc.poll() is not None,
+                            120, 0.3)
+    check(replacements is not True, "the run ended with no worker started after the kill")
+    log(f"replacement capacity started after the kill: {replacements}")
     s, text = d.summary(proc)
     log(f"fleet-submit: {text.strip().splitlines()[-1]}")
-    check(s["ok"] == "600" and s["lost"] == "0" and s["failed"] == "0",
+    check(s["ok"] == str(count) and s["lost"] == "0" and s["failed"] == "0",
           f"batches lost or failed after the kill: {s}")
     requeued = wait_for("the broker to count the requeued batches",
                         lambda: (d.stat("requeued") or 0) > requeued_before and
                         d.stat("requeued"), 30)
     log(f"requeued by the broker: {requeued - requeued_before:.0f}")
-    with d._lock:
-        replacements = [n for n, (first, _) in d.seen.items()
-                        if n not in before and first >= killed_at]
-    check(replacements, "the autoscaler started no worker after the kill")
-    log(f"replacement capacity started after the kill: {sorted(replacements)}")
     check(victim not in d.containers(everything=True),
           f"the killed container {victim} was not removed")
     d.wait_min_pool()

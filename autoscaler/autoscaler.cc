@@ -48,7 +48,7 @@ bool Autoscaler::ControlOp(const char* op, const std::string& id, std::string* m
   return false;
 }
 
-void Autoscaler::Step(TimePoint now) {
+void Autoscaler::Step(TimePoint now, std::optional<double> demand) {
   for (const Exited& e : launcher_.Poll(now)) {
     spdlog::info("worker {} exited (status {})", e.id, e.status);
     const PoolEntry* entry = pool_.Find(e.id);
@@ -64,6 +64,7 @@ void Autoscaler::Step(TimePoint now) {
 
   std::string error;
   Observation obs = source_.Read(&error);
+  obs.demand_queued = demand;
   if (!obs.fresh) {
     metrics_.SourceError();
     obs.control_queued = ControlQueued();
@@ -167,16 +168,35 @@ void Autoscaler::LogDecision(const Decision& d, const Observation& obs) {
 
 int Autoscaler::Run(const Clock& clock, const std::function<bool()>& stop) {
   TimePoint next = clock.Now();
+  std::optional<double> demand;
+  bool watching = false;  // the pool is empty: keep a wait-demand request out
   while (!stop()) {
     TimePoint now = clock.Now();
-    if (now >= next) {
-      Step(now);
+    if (now >= next || demand) {
+      const bool woken = demand.has_value() && now < next;
+      if (woken) spdlog::debug("woken by the broker: {:g} batches queued", *demand);
+      Step(now, demand);
+      demand.reset();
       next = now + options_.policy.poll;
+      // Armed after a scheduled poll only, so the broker wakes us at most
+      // once per interval, whatever happens to the workers we start.
+      watching = watch_ != nullptr && !woken && pool_.Counts().active() == 0;
+      if (watching) watch_->Arm(now);
       continue;
     }
-    // zmq_poll with no items sleeps until the timeout and returns early on a
-    // signal, so SIGTERM is seen at once.
-    PollNoThrow(nullptr, 0, std::chrono::duration_cast<Millis>(next - now) + Millis(1));
+    // zmq_poll sleeps until the timeout, a reply on the watch, or a signal
+    // (so SIGTERM is seen at once). A request that could not go out (no
+    // connection yet) goes when the socket becomes writable.
+    const bool unsent = watching && watch_->supported() && !watch_->armed();
+    zmq::pollitem_t item{watch_ != nullptr ? watch_->socket().handle() : nullptr, 0,
+                         static_cast<short>(ZMQ_POLLIN | (unsent ? ZMQ_POLLOUT : 0)), 0};
+    const int n = watch_ != nullptr ? 1 : 0;
+    PollNoThrow(n > 0 ? &item : nullptr, n,
+                std::chrono::duration_cast<Millis>(next - now) + Millis(1));
+    if (n == 0) continue;
+    if (item.revents & ZMQ_POLLIN) demand = watch_->Receive();
+    if (unsent && (item.revents & ZMQ_POLLOUT)) watch_->Arm(clock.Now());
+    if (demand) watching = false;
   }
   std::vector<std::string> alive = launcher_.Alive();
   spdlog::info("stopping: draining {} workers (SIGTERM, then SIGKILL after {:.0f} s)",

@@ -18,6 +18,7 @@
 #include "autoscaler/policy.h"
 #include "autoscaler/pool.h"
 #include "client/control_client.h"
+#include "client/demand_watch.h"
 #include "common/clock.h"
 
 namespace fleet::autoscaler {
@@ -37,11 +38,19 @@ class Autoscaler {
   Autoscaler(AutoscalerOptions options, std::string run_tag, Launcher& launcher,
              MetricsSource& source, client::ControlClient& control, AutoscalerMetrics& metrics);
 
-  // One poll at `now`.
-  void Step(TimePoint now);
+  // One poll at `now`. `demand`: the queue depth the broker's wait-demand
+  // answer reported, when that answer is what woke this poll.
+  void Step(TimePoint now, std::optional<double> demand = std::nullopt);
 
-  // Polls every policy.poll until stop() is true, then stops every worker
-  // it started (they drain) and returns 0.
+  // With a watch, Run arms it after each poll that leaves the pool with no
+  // worker, and polls at once when the broker answers that work waits:
+  // scaling from zero does not wait for the next poll. Borrowed; null (the
+  // default) polls on the interval only.
+  void SetDemandWatch(client::DemandWatch* watch) { watch_ = watch; }
+
+  // Polls every policy.poll (and on demand, see SetDemandWatch) until
+  // stop() is true, then stops every worker it started (they drain) and
+  // returns 0.
   int Run(const Clock& clock, const std::function<bool()>& stop);
 
   const PoolTracker& pool() const { return pool_; }
@@ -60,6 +69,7 @@ class Autoscaler {
   Launcher& launcher_;
   MetricsSource& source_;
   client::ControlClient& control_;
+  client::DemandWatch* watch_ = nullptr;
   AutoscalerMetrics& metrics_;
   Decision last_;
   std::string last_logged_;       // reason of the last hold we logged

@@ -177,6 +177,8 @@ int main(int argc, char** argv) {
     p.stabilization = SecondsToDuration(stabilization_s);
     p.target_drain = SecondsToDuration(drain_s);
     p.poll = Millis(poll_ms);
+    // The arrival rate needs two reads at least: a long poll widens the window.
+    p.rate_window = std::max<Duration>(p.rate_window, 2 * p.poll);
     if (p.initial_workers < p.min_workers) p.initial_workers = p.min_workers;
     if (p.max_step > p.max_workers) p.max_step = p.max_workers;
     p.Validate();
@@ -219,9 +221,14 @@ int main(int argc, char** argv) {
     co.endpoint = control;
     co.socket.curve = LoadCurveClient(curve_server_key, curve_key);
     client::ControlClient ctl(context, co);
+    client::DemandWatch::Options wo;
+    wo.endpoint = control;
+    wo.socket.curve = co.socket.curve;
+    client::DemandWatch watch(context, wo);
     AutoscalerMetrics m(metrics, metrics_auth);
     std::string tag = RandomTag();
     Autoscaler scaler(o, tag, *launcher, *source, ctl, m);
+    scaler.SetDemandWatch(&watch);
     spdlog::info("policy {}: min {} max {} target/worker {} idle {} s cooldown {} s "
                  "stabilization {} s poll {} ms; launcher {}; metrics source {}; control {}; "
                  "own metrics {}; worker ids {}{}-N",

@@ -74,8 +74,8 @@ void PolicyOptions::Validate() const {
     fail("target drain seconds must be in [1, 3600]");
   }
   if (poll < Millis(50) || poll > Seconds(600)) fail("poll ms must be in [50, 600000]");
-  if (rate_window < 2 * poll || rate_window > Seconds(600)) {
-    fail("rate window must be in [2 polls, 600 s]");
+  if (rate_window < 2 * poll || rate_window > std::max<Duration>(Seconds(600), 2 * poll)) {
+    fail("rate window must be in [2 polls, max(600 s, 2 polls)]");
   }
   if (!(default_processing_seconds >= 1e-3 && default_processing_seconds <= 3600)) {
     fail("default processing seconds must be in [0.001, 3600]");
@@ -237,6 +237,10 @@ Decision Policy::Decide(const Observation& obs, const PoolTracker& pool, TimePoi
   } else if (obs.control_queued && Plausible(*obs.control_queued, cap)) {
     queued = *obs.control_queued;
   }
+  // Woken by the broker's wait-demand answer: work waits, whatever a read
+  // that predates it says.
+  const bool woken = obs.demand_queued && Plausible(*obs.demand_queued, cap);
+  if (woken && (std::isnan(queued) || *obs.demand_queued > queued)) queued = *obs.demand_queued;
   if (obs.fresh) rates_.Add(obs, now);
 
   const int clamped_pool = ClampInt(d.pool, options_.min_workers, options_.max_workers);
@@ -247,6 +251,9 @@ Decision Policy::Decide(const Observation& obs, const PoolTracker& pool, TimePoi
                         : "metrics stale and no control queue depth";
   } else {
     dem = Size(obs, d.trusted, queued, inflight, d);
+  }
+  if (woken) {
+    dem.why = fmt::format("woken by the broker: {:g} queued; {}", *obs.demand_queued, dem.why);
   }
   if (first_) {
     first_ = false;
@@ -325,6 +332,7 @@ void Policy::ScaleUp(const Observation& obs, const PoolTracker& pool, TimePoint 
   }
 
   const bool acted = d.launch > 0 || !d.unretire.empty();
+  if (acted) unfinished_down_ = 0;  // the last scale-down is not to be completed now
   d.action = acted ? "scale_up" : "hold";
   d.reason_code = acted ? (d.launch > 0 ? "demand" : "unretire") : held_code;
   d.reason = fmt::format("{}; pool {} ({} starting)", why, d.pool, d.starting);
@@ -364,7 +372,11 @@ void Policy::ScaleDown(const Observation& obs, const PoolTracker& pool, TimePoin
     }
     return hold("at_floor", fmt::format("at the floor max(min, min survivors) = {}", floor));
   }
-  if (last_scale_down_ && now - *last_scale_down_ < options_.cooldown) {
+  // Within the cooldown only the rest of the last step may follow: workers
+  // it chose to shed that had not been idle long enough yet (a pool that
+  // finished a burst goes idle over a few polls, not in one).
+  const bool completing = last_scale_down_ && now - *last_scale_down_ < options_.cooldown;
+  if (completing && unfinished_down_ <= 0) {
     return hold("cooldown",
                 fmt::format("cooldown: last scale-down {:.0f} s ago (< {:g} s)",
                             SecondsBetween(*last_scale_down_, now), Secs(options_.cooldown)));
@@ -393,20 +405,35 @@ void Policy::ScaleDown(const Observation& obs, const PoolTracker& pool, TimePoin
     if (a->idle_seconds != b->idle_seconds) return a->idle_seconds > b->idle_seconds;
     return a->id < b->id;
   });
-  const int n =
-      std::min({d.pool - target, options_.max_step_down, static_cast<int>(candidates.size())});
+  const int step = std::min(d.pool - target, completing ? unfinished_down_ : options_.max_step_down);
+  const int n = std::min(step, static_cast<int>(candidates.size()));
   if (n <= 0) {
+    if (completing) {
+      return hold("cooldown",
+                  fmt::format("cooldown: last scale-down {:.0f} s ago (< {:g} s); {} more of it "
+                              "once idle >= {:g} s",
+                              SecondsBetween(*last_scale_down_, now), Secs(options_.cooldown),
+                              unfinished_down_, idle));
+    }
     return hold("not_idle",
                 fmt::format("target {} but no worker of ours idle >= {:g} s", target, idle));
   }
   for (int i = 0; i < n; ++i) d.retire.push_back(candidates[i]->id);
-  last_scale_down_ = now;
+  if (completing) {
+    unfinished_down_ -= n;  // the cooldown still runs from the step's start
+  } else {
+    last_scale_down_ = now;
+    unfinished_down_ = step - n;
+  }
   d.action = "scale_down";
   d.reason_code = "idle";
   d.reason = fmt::format(
       "{}; max desired in the last {:g} s is {} (floor {}), pool {}: retire {} idle (longest "
-      "{:.0f} s)",
-      why, stab, wmax, floor, d.pool, n, candidates[0]->idle_seconds);
+      "{:.0f} s){}",
+      why, stab, wmax, floor, d.pool, n, candidates[0]->idle_seconds,
+      completing ? ", completing the scale-down of " +
+                       fmt::format("{:.1f} s ago", SecondsBetween(*last_scale_down_, now))
+                 : std::string());
 }
 
 }  // namespace fleet::autoscaler

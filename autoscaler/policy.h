@@ -164,6 +164,9 @@ class Policy {
   std::deque<std::pair<TimePoint, int>> window_;
   std::optional<TimePoint> history_start_;
   std::optional<TimePoint> last_scale_down_;
+  // Workers the last scale-down meant to retire but could not yet (they
+  // were not idle long enough); they may follow within its cooldown.
+  int unfinished_down_ = 0;
   RateEstimator rates_;
   double processing_seconds_;  // last measured (or the default)
 };

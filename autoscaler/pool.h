@@ -52,6 +52,10 @@ struct Observation {
   // Queue depth from the broker's control API (stats), read when the metrics
   // are stale. Used for scale-up only.
   std::optional<double> control_queued;
+  // Queue depth from the broker's answer to wait-demand, when that answer
+  // is what woke this poll. Raises the queue depth (a scrape may predate
+  // the burst); never lowers it.
+  std::optional<double> demand_queued;
 };
 
 // True when `v` is a plausible count: finite, >= 0 and <= `cap`.

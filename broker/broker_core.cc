@@ -531,6 +531,7 @@ bool BrokerCore::CanDispatch() const { return batches_.queued() > 0; }
 
 void BrokerCore::Pump(TimePoint now) {
   if (batches_.queued() == 0) return;
+  if (!demand_waiters_.empty()) AnswerDemand();
   std::vector<std::string> no_work;  // ready workers whose queues are empty
   while (batches_.queued() > 0) {
     std::optional<std::string> id = workers_.NextReady();
@@ -582,6 +583,13 @@ void BrokerCore::Tick(TimePoint now) {
     DropWorker(*w, "stopped heartbeating", now);
   }
   blacklist_.Purge(now);
+  // wait-demand requests past their deadline get "no demand"; the client
+  // asks again if it still wants to know.
+  std::erase_if(demand_waiters_, [&](const DemandWaiter& d) {
+    if (now < d.deadline) return false;
+    Reply(d.identity, d.request_id, ErrorCode::kOk, "no demand");
+    return true;
+  });
 }
 
 void BrokerCore::AfterFlush(TimePoint now) { results_.Trim(now); }
@@ -595,9 +603,58 @@ void BrokerCore::OnControl(std::string_view identity, const proto::Control& m,
   if (m.op == "retire") return OnRetire(identity, m, /*if_idle=*/false, now);
   if (m.op == "retire-if-idle") return OnRetire(identity, m, /*if_idle=*/true, now);
   if (m.op == "unretire") return OnUnretire(identity, m);
+  if (m.op == "wait-demand") return OnWaitDemand(identity, m, now);
   Reply(identity, m.request_id, ErrorCode::kInvalidArgument,
         "unknown operation '" + std::string(m.op) +
-            "' or wrong arguments (workers, stats, retire ID, retire-if-idle ID, unretire ID)");
+            "' or wrong arguments (workers, stats, retire ID, retire-if-idle ID, unretire ID, "
+            "wait-demand MS)");
+}
+
+void BrokerCore::OnWaitDemand(std::string_view identity, const proto::Control& m,
+                              TimePoint now) {
+  // One waiting request per peer and a few dozen in all: the autoscalers of
+  // a deployment, not a flood of held replies.
+  constexpr std::size_t kMaxDemandWaiters = 64;
+  constexpr std::uint64_t kMaxWaitMs = 600'000;
+  std::uint64_t ms = 0;
+  bool valid = m.args.size() == 1 && !m.args[0].empty() && m.args[0].size() <= 7;
+  for (char c : valid ? m.args[0] : std::string_view()) {
+    if (c < '0' || c > '9') {
+      valid = false;
+      break;
+    }
+    ms = ms * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (!valid || ms == 0 || ms > kMaxWaitMs) {
+    return Reply(identity, m.request_id, ErrorCode::kInvalidArgument,
+                 "wait-demand takes the longest wait in milliseconds, 1 to 600000");
+  }
+  if (batches_.queued() > 0) {
+    return Reply(identity, m.request_id, ErrorCode::kOk,
+                 "demand queued=" + std::to_string(batches_.queued()));
+  }
+  const TimePoint deadline = now + Millis(ms);
+  for (DemandWaiter& d : demand_waiters_) {
+    if (d.identity == identity) {  // asked again: the newer request replaces it
+      d.request_id = m.request_id;
+      d.deadline = deadline;
+      return;
+    }
+  }
+  if (demand_waiters_.size() >= kMaxDemandWaiters) {
+    return Reply(identity, m.request_id, ErrorCode::kTooLarge,
+                 "more than " + std::to_string(kMaxDemandWaiters) +
+                     " wait-demand requests pending");
+  }
+  demand_waiters_.push_back({std::string(identity), m.request_id, deadline});
+}
+
+void BrokerCore::AnswerDemand() {
+  const std::string message = "demand queued=" + std::to_string(batches_.queued());
+  for (const DemandWaiter& d : demand_waiters_) {
+    Reply(d.identity, d.request_id, ErrorCode::kOk, message);
+  }
+  demand_waiters_.clear();
 }
 
 void BrokerCore::OnRetire(std::string_view identity, const proto::Control& m,

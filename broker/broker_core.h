@@ -144,6 +144,9 @@ class BrokerCore {
   void OnRetire(std::string_view identity, const proto::Control& m, bool if_idle,
                 TimePoint now);
   void OnUnretire(std::string_view identity, const proto::Control& m);
+  void OnWaitDemand(std::string_view identity, const proto::Control& m, TimePoint now);
+  // Answers every wait-demand request with the queue depth.
+  void AnswerDemand();
   void ReplyWorkers(std::string_view identity, std::uint64_t request_id, TimePoint now);
   void ReplyStats(std::string_view identity, std::uint64_t request_id);
 
@@ -179,6 +182,15 @@ class BrokerCore {
   void JournalAccepted(const Batch& b, Journal& journal) const;
   void JournalFinished(std::string_view id);
   void JournalDispatched(const Batch& b, Journal& journal) const;
+
+  // wait-demand requests not answered yet: each is answered when a batch
+  // waits in a queue, or with "no demand" once its deadline has passed.
+  struct DemandWaiter {
+    std::string identity;
+    std::uint64_t request_id = 0;
+    TimePoint deadline;
+  };
+  std::vector<DemandWaiter> demand_waiters_;
 
   Journal* journal_ = nullptr;
   mutable std::string journal_scratch_;  // reused record buffer

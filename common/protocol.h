@@ -159,7 +159,7 @@ struct Reset {
 
 struct Control {
   std::uint64_t request_id = 0;
-  std::string_view op;  // workers, stats, retire, retire-if-idle, unretire
+  std::string_view op;  // workers, stats, retire, retire-if-idle, unretire, wait-demand
   std::vector<std::string_view> args;
 };
 

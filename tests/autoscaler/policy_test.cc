@@ -55,6 +55,7 @@ class Harness {
     o.processing_seconds_sum = psum;
     o.processing_seconds_count = pcount;
     o.control_queued = control;
+    o.demand_queued = demand;
     return o;
   }
 
@@ -105,6 +106,7 @@ class Harness {
   double psum = kNaN;
   double pcount = kNaN;
   std::optional<double> control;
+  std::optional<double> demand;  // the broker's wait-demand answer woke this poll
 };
 
 PolicyOptions Fast() {
@@ -149,6 +151,40 @@ TEST(PolicyTest, FromZeroAnyQueuedBatchStartsOneWorkerAtOnce) {
   EXPECT_EQ(d.action, "scale_up");
   EXPECT_EQ(d.launch, 1);
   EXPECT_EQ(d.desired, 1);
+}
+
+TEST(PolicyTest, TheBrokersDemandAnswerRaisesAStaleQueueDepthButNeverLowersIt) {
+  {
+    // The scrape predates the burst (or Prometheus has not scraped it yet).
+    Harness h;
+    h.queued = 0;
+    h.demand = 9;
+    Decision d = h.Poll();
+    EXPECT_EQ(d.action, "scale_up");
+    EXPECT_EQ(d.desired, 3);  // 9 queued, 4 per worker
+    EXPECT_NE(d.reason.find("woken by the broker: 9 queued"), std::string::npos) << d.reason;
+  }
+  {
+    // Metrics unreadable and no control depth: the answer alone sizes it.
+    Harness h;
+    h.fresh = false;
+    h.queued = kNaN;
+    h.demand = 2;
+    EXPECT_EQ(h.Poll().launch, 1);
+  }
+  {
+    // A fresher, larger read wins.
+    Harness h;
+    h.queued = 20;
+    h.demand = 1;
+    EXPECT_EQ(h.Poll().desired, 5);
+  }
+  {
+    // Implausible answers are ignored.
+    Harness h;
+    h.demand = kInf;
+    EXPECT_EQ(h.Poll().action, "hold");
+  }
 }
 
 TEST(PolicyTest, ScalesUpAtMostMaxStepPerPollCountingStartingWorkers) {
@@ -293,6 +329,63 @@ TEST(PolicyTest, CooldownSpacesScaleDowns) {
   }
   h.Advance(1);
   EXPECT_EQ(h.Poll().retire.size(), 1u);  // 5 s after the last one
+}
+
+// A pool that finished a burst goes idle over a few polls: the workers the
+// scale-down meant to shed follow as they pass the idle threshold, within
+// its cooldown, and never more than one step's worth.
+TEST(PolicyTest, StragglersOfAScaleDownFollowWithinItsCooldownUpToTheStep) {
+  PolicyOptions o = Fast();  // idle 10 s, cooldown 5 s, window 20 s
+  o.max_step_down = 3;
+  Harness h(o);
+  std::vector<std::string> ids = h.AddRunning(5);
+  for (auto& id : ids) h.broker[id].state = BrokerWorkerState::kBusy;
+  h.PollFor(21);  // a whole window at desired 0, everyone busy
+  // They finish 0.5 s apart: w0 first.
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    h.broker[ids[i]].state = BrokerWorkerState::kIdle;
+    h.broker[ids[i]].idle_seconds = 10.0 - 0.5 * static_cast<double>(i);
+  }
+  Decision d = h.Poll();
+  ASSERT_EQ(d.retire, std::vector<std::string>{ids[0]}) << d.reason;
+  h.Advance(0.5);
+  d = h.Poll();
+  ASSERT_EQ(d.retire, std::vector<std::string>{ids[1]}) << d.reason;
+  EXPECT_NE(d.reason.find("completing the scale-down"), std::string::npos) << d.reason;
+  h.Advance(0.5);
+  d = h.Poll();
+  ASSERT_EQ(d.retire, std::vector<std::string>{ids[2]}) << d.reason;
+  // The step of 3 is done: w3 and w4 wait for the cooldown, counted from
+  // the step's first retirement.
+  for (int i = 0; i < 7; ++i) {
+    h.Advance(0.5);
+    d = h.Poll();
+    EXPECT_TRUE(d.retire.empty()) << i << ": " << d.reason;
+    EXPECT_EQ(d.reason_code, "cooldown") << i;
+  }
+  h.Advance(0.5);  // 5 s after the step began
+  d = h.Poll();
+  EXPECT_EQ(d.retire.size(), 2u) << d.reason;
+}
+
+// A scale-up in between cancels what was left of the scale-down.
+TEST(PolicyTest, AScaleUpCancelsTheRestOfAScaleDown) {
+  PolicyOptions o = Fast();
+  o.stabilization = Seconds(0);
+  Harness h(o);
+  std::vector<std::string> ids = h.AddRunning(3);
+  h.broker[ids[0]].idle_seconds = 10;
+  h.broker[ids[1]].idle_seconds = 9;
+  h.broker[ids[2]].idle_seconds = 9;
+  ASSERT_EQ(h.Poll().retire.size(), 1u);
+  h.queued = 30;  // a burst: back up
+  h.Advance(0.5);
+  ASSERT_EQ(h.Poll().action, "scale_up");
+  h.queued = 0;
+  h.Advance(1);
+  Decision d = h.Poll();
+  EXPECT_TRUE(d.retire.empty()) << d.reason;
+  EXPECT_EQ(d.reason_code, "cooldown") << d.reason;
 }
 
 TEST(PolicyTest, RetiresOnlyWorkersIdlePastTheThresholdLongestIdleFirst) {

@@ -414,6 +414,106 @@ TEST_F(BrokerCoreTest, UnretireCancelsRetirementOfAConnectedWorker) {
   EXPECT_EQ(Control("explode", {}), ErrorCode::kInvalidArgument);
 }
 
+// Control replies in the outbox, taken out of it: (peer, request id, code, message).
+struct HeldReply {
+  std::string peer;
+  std::uint64_t request_id;
+  ErrorCode code;
+  std::string message;
+};
+std::vector<HeldReply> TakeControlReplies(Outbox& out) {
+  std::vector<HeldReply> got;
+  auto& frames = out.frames;
+  for (auto it = frames.begin(); it != frames.end();) {
+    auto d = proto::Decode(it->body.data(), it->body.size());
+    auto* r = d.ok() ? std::get_if<proto::ControlReply>(&*d.message) : nullptr;
+    if (it->socket != Socket::kControl || r == nullptr) {
+      ++it;
+      continue;
+    }
+    got.push_back({it->identity, r->request_id, r->code, std::string(r->message)});
+    it = frames.erase(it);
+  }
+  return got;
+}
+
+TEST_F(BrokerCoreTest, WaitDemandIsAnsweredWhenABatchWaitsOrWhenItsDeadlinePasses) {
+  auto wait = [&](const std::string& peer, std::uint64_t id, const std::string& ms) {
+    core_->OnMessage(Socket::kControl, peer, proto::Control{id, "wait-demand", {ms}},
+                     clock_.Now());
+  };
+  // Nothing queued: the request is held, with no reply.
+  wait("A", 7, "5000");
+  wait("B", 8, "60000");
+  core_->Pump(clock_.Now());
+  core_->Tick(clock_.Now());
+  EXPECT_TRUE(TakeControlReplies(core_->outbox()).empty());
+
+  // A batch that no worker can take answers both, with the depth.
+  Submit("P", {"a", "b"});
+  core_->Pump(clock_.Now());
+  auto replies = TakeControlReplies(core_->outbox());
+  ASSERT_EQ(replies.size(), 2u);
+  for (const auto& r : replies) {
+    EXPECT_EQ(r.code, ErrorCode::kOk);
+    EXPECT_EQ(r.message, "demand queued=2");
+    EXPECT_EQ(r.request_id, r.peer == "A" ? 7u : 8u);
+  }
+  // Answered once: a later pump sends nothing more.
+  core_->Pump(clock_.Now());
+  EXPECT_TRUE(TakeControlReplies(core_->outbox()).empty());
+
+  // Work already waiting: answered at once.
+  wait("A", 9, "5000");
+  replies = TakeControlReplies(core_->outbox());
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].request_id, 9u);
+  EXPECT_EQ(replies[0].message, "demand queued=2");
+
+  // Drain the queue; then a request whose deadline passes gets "no demand"
+  // at the next tick, and one asked again replaces the earlier one.
+  Hello("W1", "w1", 2);
+  PumpAndFlush();
+  ASSERT_EQ(core_->batches().queued(), 0u);
+  wait("A", 10, "1000");
+  wait("A", 11, "1000");
+  wait("B", 12, "3000");
+  clock_.Advance(std::chrono::milliseconds(999));
+  core_->Tick(clock_.Now());
+  EXPECT_TRUE(TakeControlReplies(core_->outbox()).empty());
+  clock_.Advance(std::chrono::milliseconds(1));
+  core_->Tick(clock_.Now());
+  replies = TakeControlReplies(core_->outbox());
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].peer, "A");
+  EXPECT_EQ(replies[0].request_id, 11u);
+  EXPECT_EQ(replies[0].message, "no demand");
+  // B still waits, and hears of the next batch.
+  Submit("P", {"c", "d", "e"});
+  core_->Pump(clock_.Now());
+  replies = TakeControlReplies(core_->outbox());
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].peer, "B");
+  EXPECT_EQ(replies[0].message, "demand queued=3");  // w1 holds a and b: no credit left
+}
+
+TEST_F(BrokerCoreTest, WaitDemandRefusesBadWaitsAndTooManyWaiters) {
+  for (const char* bad : {"0", "600001", "-5", "", "12a", "99999999"}) {
+    EXPECT_EQ(Control("wait-demand", {bad}), ErrorCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(Control("wait-demand", {}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(Control("wait-demand", {"10", "20"}), ErrorCode::kInvalidArgument);
+  for (int i = 0; i < 64; ++i) {
+    core_->OnMessage(Socket::kControl, "peer" + std::to_string(i),
+                     proto::Control{1, "wait-demand", {"600000"}}, clock_.Now());
+  }
+  EXPECT_TRUE(TakeControlReplies(core_->outbox()).empty());
+  EXPECT_EQ(Control("wait-demand", {"1000"}), ErrorCode::kTooLarge);
+  Submit("P", {"a"});
+  core_->Pump(clock_.Now());
+  EXPECT_EQ(TakeControlReplies(core_->outbox()).size(), 64u);
+}
+
 TEST_F(BrokerCoreTest, DrainingWorkerGetsNothingNewAndIsNotBlacklisted) {
   Hello("W1", "w1", 2);
   core_->OnMessage(Socket::kBackend, "W1", proto::Drain{}, clock_.Now());

@@ -119,6 +119,33 @@ TEST_F(AutoscalerTest, GrowsToMaxForABurstAndShrinksToZeroWithoutFailingABatch) 
   EXPECT_NE(log.find("decision scale_down"), std::string::npos) << log;
 }
 
+// With a 10-minute poll, only the broker's answer to wait-demand can start
+// a worker for a burst that arrives at zero: the test would time out long
+// before the next scheduled poll.
+TEST_F(AutoscalerTest, BurstAtZeroWorkersWakesItBeforeTheNextPoll) {
+  auto scaler = StartAutoscaler("autoscaler.log", {{"--poll-ms", "600000"}});
+  // The first poll has run (and found nothing to do).
+  ASSERT_TRUE(WaitFor([&] {
+    return ReadFile(c_.dir().File("autoscaler.log")).find("decision hold") != std::string::npos;
+  }, seconds(20))) << ReadFile(c_.dir().File("autoscaler.log"));
+  ASSERT_EQ(Registered(), 0);
+  Process submit({Bin("fleet-submit"), "--broker", c_.frontend(), "--count", "5", "--payload",
+                  "20", "--inflight", "5"},
+                 c_.dir().File("submit.log"));
+  auto code = submit.Wait(seconds(60));
+  ASSERT_TRUE(code.has_value()) << ReadFile(c_.dir().File("autoscaler.log"));
+  EXPECT_EQ(*code, 0) << submit.ReadLog();
+  EXPECT_NE(submit.ReadLog().find("submitted=5 ok=5 failed=0 lost=0"), std::string::npos)
+      << submit.ReadLog();
+  std::string log = ReadFile(c_.dir().File("autoscaler.log"));
+  EXPECT_NE(log.find("decision scale_up (demand)"), std::string::npos) << log;
+  EXPECT_NE(log.find("woken by the broker: 5 queued"), std::string::npos) << log;
+  scaler->Signal(SIGTERM);
+  auto sc = scaler->Wait(seconds(20));
+  ASSERT_TRUE(sc.has_value());
+  EXPECT_EQ(*sc, 0);
+}
+
 TEST_F(AutoscalerTest, KilledAndRestartedItNeitherDoublesThePoolNorLeavesOrphans) {
   auto scaler = StartAutoscaler("autoscaler-1.log");
   Process submit({Bin("fleet-submit"), "--broker", c_.frontend(), "--count", "300", "--payload",

@@ -169,7 +169,7 @@ void Autoscaler::LogDecision(const Decision& d, const Observation& obs) {
 int Autoscaler::Run(const Clock& clock, const std::function<bool()>& stop) {
   TimePoint next = clock.Now();
   std::optional<double> demand;
-  bool watching = false;  // the pool is empty: keep a wait-demand request out
+  bool watching = false;  // the pool is empty and idle: keep a wait-demand request out
   while (!stop()) {
     TimePoint now = clock.Now();
     if (now >= next || demand) {
@@ -179,24 +179,43 @@ int Autoscaler::Run(const Clock& clock, const std::function<bool()>& stop) {
       demand.reset();
       next = now + options_.policy.poll;
       // Armed after a scheduled poll only, so the broker wakes us at most
-      // once per interval, whatever happens to the workers we start.
-      watching = watch_ != nullptr && !woken && pool_.Counts().active() == 0;
+      // once per interval whatever happens to the workers we start; and
+      // not when this poll saw work it could not start a worker for (a
+      // start backoff): the broker would answer at once.
+      watching = watch_ != nullptr && !woken && pool_.Counts().active() == 0 &&
+                 !(last_.load > 0);
       if (watching) watch_->Arm(now);
       continue;
     }
-    // zmq_poll sleeps until the timeout, a reply on the watch, or a signal
-    // (so SIGTERM is seen at once). A request that could not go out (no
-    // connection yet) goes when the socket becomes writable.
-    const bool unsent = watching && watch_->supported() && !watch_->armed();
-    zmq::pollitem_t item{watch_ != nullptr ? watch_->socket().handle() : nullptr, 0,
-                         static_cast<short>(ZMQ_POLLIN | (unsent ? ZMQ_POLLOUT : 0)), 0};
+    // zmq_poll sleeps until the next poll, a reply on the watch, or a
+    // signal (so SIGTERM is seen at once). A request that is due (none
+    // could go out without a connection, or the one out is overdue) goes
+    // when the socket is writable.
+    TimePoint wake = next;
+    short events = ZMQ_POLLIN;
+    if (watching) {
+      if (watch_->due(now)) {
+        events |= ZMQ_POLLOUT;
+      } else {
+        wake = std::min(wake, watch_->overdue_at());
+      }
+    }
+    zmq::pollitem_t item{watch_ != nullptr ? watch_->socket().handle() : nullptr, 0, events, 0};
     const int n = watch_ != nullptr ? 1 : 0;
     PollNoThrow(n > 0 ? &item : nullptr, n,
-                std::chrono::duration_cast<Millis>(next - now) + Millis(1));
+                std::chrono::duration_cast<Millis>(wake - now) + Millis(1));
     if (n == 0) continue;
-    if (item.revents & ZMQ_POLLIN) demand = watch_->Receive();
-    if (unsent && (item.revents & ZMQ_POLLOUT)) watch_->Arm(clock.Now());
-    if (demand) watching = false;
+    if (item.revents & ZMQ_POLLIN) {
+      demand = watch_->Receive();
+      // Workers of ours appeared since the request went out: the scheduled
+      // poll sees to them.
+      if (demand && pool_.Counts().active() > 0) demand.reset();
+    }
+    if (demand) {
+      watching = false;
+    } else if (watching && (item.revents & ZMQ_POLLOUT)) {
+      watch_->Arm(clock.Now());
+    }
   }
   std::vector<std::string> alive = launcher_.Alive();
   spdlog::info("stopping: draining {} workers (SIGTERM, then SIGKILL after {:.0f} s)",

@@ -42,10 +42,11 @@ class Autoscaler {
   // answer reported, when that answer is what woke this poll.
   void Step(TimePoint now, std::optional<double> demand = std::nullopt);
 
-  // With a watch, Run arms it after each poll that leaves the pool with no
-  // worker, and polls at once when the broker answers that work waits:
-  // scaling from zero does not wait for the next poll. Borrowed; null (the
-  // default) polls on the interval only.
+  // With a watch, Run keeps a wait-demand request out after each scheduled
+  // poll that leaves the pool with no worker and sees no work, and polls at
+  // once when the broker answers that work waits: scaling from zero does
+  // not wait for the next poll. Borrowed; null (the default) polls on the
+  // interval only.
   void SetDemandWatch(client::DemandWatch* watch) { watch_ = watch; }
 
   // Polls every policy.poll (and on demand, see SetDemandWatch) until

@@ -375,11 +375,12 @@ void Policy::ScaleDown(const Observation& obs, const PoolTracker& pool, TimePoin
   // Within the cooldown only the rest of the last step may follow: workers
   // it chose to shed that had not been idle long enough yet (a pool that
   // finished a burst goes idle over a few polls, not in one).
-  const bool completing = last_scale_down_ && now - *last_scale_down_ < options_.cooldown;
-  if (completing && unfinished_down_ <= 0) {
+  const bool completing = last_scale_down_ && now - *last_scale_down_ < options_.cooldown &&
+                          unfinished_down_ > 0;
+  if (!completing && last_retirement_ && now - *last_retirement_ < options_.cooldown) {
     return hold("cooldown",
                 fmt::format("cooldown: last scale-down {:.0f} s ago (< {:g} s)",
-                            SecondsBetween(*last_scale_down_, now), Secs(options_.cooldown)));
+                            SecondsBetween(*last_retirement_, now), Secs(options_.cooldown)));
   }
   if (options_.kind == PolicyKind::kThroughput && d.arrival_rate > 0) {
     const double gap = d.pool / d.arrival_rate;
@@ -420,11 +421,12 @@ void Policy::ScaleDown(const Observation& obs, const PoolTracker& pool, TimePoin
   }
   for (int i = 0; i < n; ++i) d.retire.push_back(candidates[i]->id);
   if (completing) {
-    unfinished_down_ -= n;  // the cooldown still runs from the step's start
+    unfinished_down_ -= n;  // the window to complete it runs from the step's start
   } else {
     last_scale_down_ = now;
     unfinished_down_ = step - n;
   }
+  last_retirement_ = now;
   d.action = "scale_down";
   d.reason_code = "idle";
   d.reason = fmt::format(

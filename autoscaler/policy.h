@@ -165,8 +165,10 @@ class Policy {
   std::optional<TimePoint> history_start_;
   std::optional<TimePoint> last_scale_down_;
   // Workers the last scale-down meant to retire but could not yet (they
-  // were not idle long enough); they may follow within its cooldown.
+  // were not idle long enough); they may follow within its cooldown, and
+  // the next scale-down waits a cooldown after the last of them.
   int unfinished_down_ = 0;
+  std::optional<TimePoint> last_retirement_;
   RateEstimator rates_;
   double processing_seconds_;  // last measured (or the default)
 };

@@ -355,17 +355,40 @@ TEST(PolicyTest, StragglersOfAScaleDownFollowWithinItsCooldownUpToTheStep) {
   h.Advance(0.5);
   d = h.Poll();
   ASSERT_EQ(d.retire, std::vector<std::string>{ids[2]}) << d.reason;
-  // The step of 3 is done: w3 and w4 wait for the cooldown, counted from
-  // the step's first retirement.
-  for (int i = 0; i < 7; ++i) {
+  // The step of 3 is done: w3 and w4 wait for a whole cooldown after the
+  // step's last retirement.
+  for (int i = 0; i < 9; ++i) {
     h.Advance(0.5);
     d = h.Poll();
     EXPECT_TRUE(d.retire.empty()) << i << ": " << d.reason;
     EXPECT_EQ(d.reason_code, "cooldown") << i;
   }
-  h.Advance(0.5);  // 5 s after the step began
+  h.Advance(0.5);  // 5 s after the last retirement
   d = h.Poll();
   EXPECT_EQ(d.retire.size(), 2u) << d.reason;
+}
+
+// Stragglers retired late in the cooldown push the next step back: never
+// more than one step's worth of retirements within one cooldown.
+TEST(PolicyTest, ALateStragglerPushesTheNextScaleDownBack) {
+  PolicyOptions o = Fast();  // cooldown 5 s
+  o.stabilization = Seconds(0);
+  o.max_step_down = 2;
+  Harness h(o);
+  std::vector<std::string> ids = h.AddRunning(4);
+  h.broker[ids[0]].idle_seconds = 10;
+  h.broker[ids[1]].idle_seconds = 5.2;
+  h.broker[ids[2]].idle_seconds = 0.5;
+  h.broker[ids[3]].idle_seconds = 0.5;
+  ASSERT_EQ(h.Poll().retire, std::vector<std::string>{ids[0]});
+  h.Advance(4.8);  // w1 passes 10 s just inside the cooldown
+  ASSERT_EQ(h.Poll().retire, std::vector<std::string>{ids[1]});
+  h.Advance(4.9);  // w2 and w3 idle long enough now, the step's window long over
+  Decision d = h.Poll();
+  EXPECT_TRUE(d.retire.empty()) << d.reason;
+  EXPECT_EQ(d.reason_code, "cooldown");
+  h.Advance(0.1);
+  EXPECT_EQ(h.Poll().retire.size(), 2u);
 }
 
 // A scale-up in between cancels what was left of the scale-down.

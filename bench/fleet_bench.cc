@@ -142,7 +142,18 @@ int Throughput(const FleetOptions& o, const ProducerOptions& p) {
   std::vector<std::thread> threads;
   std::atomic<std::uint64_t> ok{0};
   std::vector<std::string> errors(p.producers);
+  // CPU time per batch of each side, steadier than batches/s on a noisy
+  // machine: the broker, this process (the producers), the workers.
+  auto workers_cpu = [&] {
+    double sum = 0;
+    for (int i = 0; i < o.workers; ++i) {
+      sum += fleet::bench::CpuSeconds(c.worker("bench-" + std::to_string(i)).pid());
+    }
+    return sum;
+  };
   const double broker_cpu0 = fleet::bench::CpuSeconds(c.broker().pid());
+  const double producer_cpu0 = fleet::bench::CpuSeconds(getpid());
+  const double workers_cpu0 = workers_cpu();
   const std::int64_t start = NowNs();
   for (int i = 0; i < p.producers; ++i) {
     std::uint64_t share = p.count / p.producers + (i < static_cast<int>(p.count % p.producers));
@@ -157,6 +168,9 @@ int Throughput(const FleetOptions& o, const ProducerOptions& p) {
   for (auto& t : threads) t.join();
   const double seconds = static_cast<double>(NowNs() - start) / 1e9;
   const double broker_cpu = fleet::bench::CpuSeconds(c.broker().pid()) - broker_cpu0;
+  const double producer_cpu = fleet::bench::CpuSeconds(getpid()) - producer_cpu0;
+  const double worker_cpu = workers_cpu() - workers_cpu0;
+  auto per_batch_us = [&](double cpu) { return ok.load() ? cpu * 1e6 / ok.load() : 0.0; };
   for (const auto& e : errors) {
     if (!e.empty()) throw std::runtime_error(e);
   }
@@ -176,7 +190,9 @@ int Throughput(const FleetOptions& o, const ProducerOptions& p) {
             {"broker_rss_bytes", fleet::bench::RssBytes(c.broker().pid())},
             // The broker's own cost, steady on a noisy machine: CPU time
             // (all its threads) per batch.
-            {"broker_cpu_us_per_batch", ok.load() ? broker_cpu * 1e6 / ok.load() : 0.0}};
+            {"broker_cpu_us_per_batch", per_batch_us(broker_cpu)},
+            {"producer_cpu_us_per_batch", per_batch_us(producer_cpu)},
+            {"worker_cpu_us_per_batch", per_batch_us(worker_cpu)}};
   if (o.handler == "sleep") {
     const double ideal = o.workers * o.concurrency * 1000.0 / o.sleep_ms;
     r["sleep_ms"] = o.sleep_ms;

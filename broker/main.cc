@@ -10,11 +10,13 @@
 #include "broker/broker_metrics.h"
 #include "broker/broker_server.h"
 #include "common/flags.h"
+#include "common/huge_pages.h"
 #include "common/log.h"
 #include "common/metrics_server.h"
 #include "common/signals.h"
 
 int main(int argc, char** argv) {
+  fleet::UseHugePageMalloc(argv);  // first: it may re-execute this program
   using namespace fleet;
   broker::BrokerOptions o;
   std::string log_level = "info";

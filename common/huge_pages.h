@@ -1,0 +1,42 @@
+// Transparent huge pages for malloc in the hot-path programs (broker,
+// worker, fleet-submit).
+//
+// Every batch costs the broker fresh heap memory (its payload, its retained
+// result), and on a VM a page fault is a trip to the hypervisor: measured
+// here, 100 B batches spent 30% less broker CPU and 10 KiB batches half as
+// much once malloc's heap was backed by 2 MiB pages. glibc (2.35 and later)
+// does that when started with GLIBC_TUNABLES=glibc.malloc.hugetlb=1, which it
+// reads only at start, so the program re-executes itself once with it set.
+//
+// Left alone when: FLEET_MALLOC_HUGEPAGES=0; GLIBC_TUNABLES already names
+// glibc.malloc.hugetlb (the user's choice); the kernel's THP mode is
+// "never" (nothing to gain) or "always" (already in effect); not glibc or
+// an older one; a sanitizer build (its own malloc). After the re-exec,
+// GLIBC_TUNABLES is put back as it was, so processes we start (handlers,
+// workers) do not inherit our choice.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace fleet {
+
+// The GLIBC_TUNABLES value to re-execute with, or nullopt to run as is.
+// `tunables`: the current GLIBC_TUNABLES (null: unset); `thp_mode`: the
+// contents of /sys/kernel/mm/transparent_hugepage/enabled ("" if
+// unreadable); `opt_out`: FLEET_MALLOC_HUGEPAGES (null: unset).
+std::optional<std::string> HugePageTunables(const char* tunables, std::string_view thp_mode,
+                                            const char* opt_out);
+
+// True in a sanitizer build (its own malloc; nothing is done there).
+bool SanitizerBuild();
+
+// Call first thing in main(), before any thread, socket or signal handler
+// exists. Returns at once when nothing is to be done (or when it was done:
+// the re-executed run); otherwise re-executes this program with the same
+// arguments and does not return, unless exec fails (then the program runs
+// on without huge pages).
+void UseHugePageMalloc(char** argv);
+
+}  // namespace fleet

@@ -32,7 +32,6 @@
 #include "bench/bench_util.h"
 #include "client/producer.h"
 #include "common/clock.h"
-#include "common/huge_pages.h"
 #include "common/prom_text.h"
 #include "tests/support/cluster.h"
 #include "tests/support/http_get.h"
@@ -430,7 +429,6 @@ void AddFleetOptions(CLI::App* cmd, FleetOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  fleet::UseHugePageMalloc(argv);  // first: it may re-execute this program
   signal(SIGPIPE, SIG_IGN);
   CLI::App app{"fleet-bench: fleet's throughput, latency, memory and autoscaler decision cost; "
                "prints one JSON line per run (see bench/run.py)"};

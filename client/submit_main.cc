@@ -19,7 +19,6 @@
 #include "common/clock.h"
 #include "common/curve.h"
 #include "common/flags.h"
-#include "common/huge_pages.h"
 #include "common/log.h"
 #include "common/signals.h"
 
@@ -216,7 +215,6 @@ int Run(const Config& config) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  fleet::UseHugePageMalloc(argv);  // first: it may re-execute this program
   Config config;
   CLI::App app{
       "fleet-submit: submit batches to a fleet broker and wait for their "

@@ -13,7 +13,6 @@
 
 #include "common/curve.h"
 #include "common/flags.h"
-#include "common/huge_pages.h"
 #include "common/log.h"
 #include "common/metrics_server.h"
 #include "common/signals.h"
@@ -32,7 +31,6 @@ std::string DefaultId() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  fleet::UseHugePageMalloc(argv);  // first: it may re-execute this program
   fleet::worker::WorkerOptions options;
   options.id = DefaultId();
   std::string log_level = "info";

@@ -341,26 +341,28 @@ void BrokerCore::Complete(const proto::DoneItem& item, Worker* reporter, TimePoi
     processing_seconds_.Observe(SecondsBetween(b->dispatched_at, now));
     if (Worker* holder = workers_.Find(b->worker)) Release(*holder, *seq, now);
   }
+  // Views into the DONE frame; the store copies them.
   StoredResult r{item.outcome == proto::Outcome::kOk ? proto::Outcome::kOk
                                                     : proto::Outcome::kFailed,
-                 std::max<std::uint32_t>(b->attempts, 1), std::string(item.result),
-                 std::string(item.error), now};
+                 std::max<std::uint32_t>(b->attempts, 1), item.result, item.error, now};
+  std::string too_large;
   if (r.result.size() > options_.max_batch_bytes) {
     // Producers accept results as large as payloads, no larger.
     r.outcome = proto::Outcome::kFailed;
-    r.error = "result of " + std::to_string(r.result.size()) +
-              " bytes over --max-batch-bytes " + std::to_string(options_.max_batch_bytes);
-    r.result.clear();
+    too_large = "result of " + std::to_string(r.result.size()) +
+                " bytes over --max-batch-bytes " + std::to_string(options_.max_batch_bytes);
+    r.error = too_large;
+    r.result = {};
   }
   if (r.error.size() > kMaxErrorBytes) {
-    r.error.erase(0, r.error.size() - kMaxErrorBytes);  // the tail says most
+    r.error.remove_prefix(r.error.size() - kMaxErrorBytes);  // the tail says most
   }
   if (r.outcome == proto::Outcome::kOk) {
     ++counters_.completed_ok;
   } else {
     ++counters_.completed_failed;
   }
-  Out(b->owner).results.emplace_back(b->id, results_.Put(b->id, std::move(r)));
+  Out(b->owner).results.emplace_back(b->id, results_.Put(b->id, r));
   JournalFinished(b->id);
   batches_.Erase(*seq);
 }
@@ -370,7 +372,7 @@ void BrokerCore::FinishFailed(BatchSeq seq, std::string error, TimePoint now) {
   ++counters_.completed_failed;
   Out(b->owner).results.emplace_back(
       b->id, results_.Put(b->id, StoredResult{proto::Outcome::kFailed, b->attempts, "",
-                                              std::move(error), now}));
+                                              error, now}));
   JournalFinished(b->id);
   batches_.Erase(seq);
 }

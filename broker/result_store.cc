@@ -1,6 +1,7 @@
 #include "broker/result_store.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace fleet::broker {
 
@@ -9,7 +10,7 @@ ResultStore::ResultStore(Duration retention, std::size_t max_entries)
       max_entries_(std::clamp<std::size_t>(max_entries, 1, std::size_t{1} << 31)) {}
 
 std::uint32_t ResultStore::IndexOf(std::string_view id) const {
-  return index_.Find(id, [this](std::uint32_t v) { return std::string_view(At(v).id); });
+  return index_.Find(id, [this](std::uint32_t v) { return At(v).id; });
 }
 
 const StoredResult* ResultStore::Find(std::string_view id) const {
@@ -17,22 +18,67 @@ const StoredResult* ResultStore::Find(std::string_view id) const {
   return v == IdIndex::kNone ? nullptr : &At(v).result;
 }
 
-const StoredResult* ResultStore::Put(std::string_view id, StoredResult result) {
+char* ResultStore::Reserve(std::size_t n, std::uint64_t seq) {
+  if (chunks_.empty() || chunks_.back().capacity - chunks_.back().used < n) {
+    Chunk c;
+    if (n <= kChunkBytes && spare_.data) {
+      c = std::move(spare_);
+      spare_ = Chunk();
+    } else {
+      c.capacity = std::max(n, kChunkBytes);
+      c.data = std::make_unique_for_overwrite<char[]>(c.capacity);
+      ring_bytes_ += c.capacity;
+    }
+    c.used = 0;
+    chunks_.push_back(std::move(c));
+  }
+  Chunk& tail = chunks_.back();
+  char* at = tail.data.get() + tail.used;
+  tail.used += n;
+  tail.last_seq = seq;
+  return at;
+}
+
+const StoredResult* ResultStore::Put(std::string_view id, const StoredResult& result) {
   if (IndexOf(id) != IdIndex::kNone) return nullptr;
   const std::uint64_t seq = front_seq_ + entries_.size();
+  char* at = Reserve(id.size() + result.result.size() + result.error.size(), seq);
+  auto copy = [&at](std::string_view from) {
+    if (!from.empty()) std::memcpy(at, from.data(), from.size());
+    std::string_view to(at, from.size());
+    at += from.size();
+    return to;
+  };
+  Entry e;
+  e.id = copy(id);
+  e.result = result;
+  e.result.result = copy(result.result);
+  e.result.error = copy(result.error);
   // push_back leaves every other element of a deque where it is, so the
   // pointers handed out before stay valid.
-  entries_.push_back(Entry{std::string(id), std::move(result)});
+  entries_.push_back(e);
   index_.Insert(id, static_cast<std::uint32_t>(seq % kSeqMod));
   return &entries_.back().result;
 }
 
 void ResultStore::DropOldest() {
   if (entries_.empty()) return;
-  index_.Erase(entries_.front().id,
-               [this](std::uint32_t v) { return std::string_view(At(v).id); });
+  index_.Erase(entries_.front().id, [this](std::uint32_t v) { return At(v).id; });
   entries_.pop_front();
-  ++front_seq_;
+  const std::uint64_t seq = front_seq_++;
+  // Chunks hold entries in order: the front one is done once its newest is.
+  if (chunks_.empty() || chunks_.front().last_seq != seq) return;
+  if (chunks_.size() == 1) {
+    chunks_.front().used = 0;  // the store is empty: start it over
+    return;
+  }
+  Chunk done = std::move(chunks_.front());
+  chunks_.pop_front();
+  if (done.capacity == kChunkBytes && !spare_.data) {
+    spare_ = std::move(done);
+  } else {
+    ring_bytes_ -= done.capacity;
+  }
 }
 
 std::size_t ResultStore::Trim(TimePoint now) {

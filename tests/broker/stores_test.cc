@@ -4,6 +4,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "broker/blacklist.h"
 #include "broker/result_store.h"
@@ -117,6 +118,61 @@ TEST(ResultStoreTest, MatchesAPlainModelThroughChurn) {
   }
   EXPECT_EQ(rs.evicted_early(), evicted);
   EXPECT_GT(evicted, 0u);  // the run reached the count bound
+}
+
+
+// Results are copied into the store's byte ring: the caller's buffers may
+// go at once, results of every size (across chunk ends, larger than a
+// chunk) read back intact until trimmed, and the ring's memory goes back
+// to about one chunk and the spare once the store drains.
+TEST(ResultStoreTest, KeepsCopiesAcrossChunksAndGivesTheMemoryBack) {
+  FakeClock clock;
+  ResultStore rs(std::chrono::seconds(10), 1000000);
+  const std::size_t chunk = ResultStore::kChunkBytes;
+  const std::vector<std::size_t> sizes = {0, 1, 100, chunk / 3, chunk - 5, chunk, chunk + 7,
+                                          3 * chunk, 10 * 1024};
+  std::map<std::string, std::string> want;
+  for (int round = 0; round < 20; ++round) {
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      const std::string id = "r" + std::to_string(round) + "-" + std::to_string(i);
+      std::string value(sizes[i], static_cast<char>('a' + (round + i) % 26));
+      std::string error = i % 2 ? "" : "e-" + id;
+      ASSERT_NE(rs.Put(id, {proto::Outcome::kOk, 1, value, error, clock.Now()}), nullptr);
+      want[id] = value + "|" + error;
+      value.assign(value.size(), '#');  // the store must not share the caller's bytes
+      error.assign(error.size(), '#');
+    }
+    clock.Advance(std::chrono::seconds(1));
+  }
+  for (const auto& [id, v] : want) {
+    const StoredResult* r = rs.Find(id);
+    ASSERT_NE(r, nullptr) << id;
+    EXPECT_EQ(std::string(r->result) + "|" + std::string(r->error), v) << id;
+  }
+  const std::size_t full = rs.ring_bytes();
+  EXPECT_GT(full, 20 * (5 * chunk));  // every round's bytes are held
+  // Expire rounds 0-9 (put at 0-9 s; it is 20 s now, retention 10 s):
+  // their chunks go, rounds 10-19 still read back.
+  EXPECT_EQ(rs.Trim(clock.Now() - std::chrono::seconds(1)), 10 * sizes.size());
+  EXPECT_LT(rs.ring_bytes(), full);
+  for (const auto& [id, v] : want) {
+    const int round = std::stoi(id.substr(1));
+    const StoredResult* r = rs.Find(id);
+    if (round < 10) {
+      EXPECT_EQ(r, nullptr) << id;
+    } else {
+      ASSERT_NE(r, nullptr) << id;
+      EXPECT_EQ(std::string(r->result) + "|" + std::string(r->error), v) << id;
+    }
+  }
+  clock.Advance(std::chrono::seconds(60));
+  EXPECT_EQ(rs.Trim(clock.Now()), 10 * sizes.size());
+  EXPECT_EQ(rs.size(), 0u);
+  EXPECT_LE(rs.ring_bytes(), 2 * chunk);  // the last chunk, kept, and the spare
+  // An emptied store takes new results as before.
+  ASSERT_NE(rs.Put("again", {proto::Outcome::kFailed, 2, "x", "why", clock.Now()}), nullptr);
+  EXPECT_EQ(rs.Find("again")->error, "why");
+  EXPECT_LE(rs.ring_bytes(), 2 * chunk);
 }
 
 }  // namespace

@@ -65,19 +65,18 @@ void ResultStore::DropOldest() {
   if (entries_.empty()) return;
   index_.Erase(entries_.front().id, [this](std::uint32_t v) { return At(v).id; });
   entries_.pop_front();
-  const std::uint64_t seq = front_seq_++;
-  // Chunks hold entries in order: the front one is done once its newest is.
-  if (chunks_.empty() || chunks_.front().last_seq != seq) return;
-  if (chunks_.size() == 1) {
-    chunks_.front().used = 0;  // the store is empty: start it over
-    return;
-  }
-  Chunk done = std::move(chunks_.front());
-  chunks_.pop_front();
-  if (done.capacity == kChunkBytes && !spare_.data) {
-    spare_ = std::move(done);
-  } else {
-    ring_bytes_ -= done.capacity;
+  ++front_seq_;
+  // Chunks hold entries in order: one is done once its newest entry is
+  // gone (and all are once the store is empty, even one left empty by a
+  // result too large for it).
+  while (!chunks_.empty() && (entries_.empty() || chunks_.front().last_seq < front_seq_)) {
+    Chunk done = std::move(chunks_.front());
+    chunks_.pop_front();
+    if (done.capacity == kChunkBytes && !spare_.data) {
+      spare_ = std::move(done);
+    } else {
+      ring_bytes_ -= done.capacity;
+    }
   }
 }
 

@@ -14,7 +14,7 @@
 // malloc, and dropping one frees nothing until its whole chunk is done
 // (freeing each old result's string, cold in the cache, was a tenth of the
 // broker's CPU per batch). One spare chunk is kept for reuse, so a store in
-// steady state allocates nothing.
+// steady state allocates nothing; an emptied store keeps only the spare.
 //
 // Find and Put hand out plain pointers into the FIFO, valid until the next
 // Trim: the broker sends the results of a loop turn, then trims, so no

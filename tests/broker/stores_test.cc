@@ -169,10 +169,21 @@ TEST(ResultStoreTest, KeepsCopiesAcrossChunksAndGivesTheMemoryBack) {
   EXPECT_EQ(rs.Trim(clock.Now()), 10 * sizes.size());
   EXPECT_EQ(rs.size(), 0u);
   EXPECT_LE(rs.ring_bytes(), 2 * chunk);  // the last chunk, kept, and the spare
-  // An emptied store takes new results as before.
+  // An emptied store takes new results as before, and gives back the
+  // memory of a result too large for its chunk once that result expires.
   ASSERT_NE(rs.Put("again", {proto::Outcome::kFailed, 2, "x", "why", clock.Now()}), nullptr);
   EXPECT_EQ(rs.Find("again")->error, "why");
   EXPECT_LE(rs.ring_bytes(), 2 * chunk);
+  for (int i = 0; i < 5; ++i) {
+    clock.Advance(std::chrono::seconds(60));
+    EXPECT_EQ(rs.Trim(clock.Now()), 1u);
+    EXPECT_EQ(rs.size(), 0u);
+    EXPECT_LE(rs.ring_bytes(), chunk) << "round " << i;  // the spare only
+    const std::string big(3 * chunk, 'b');
+    ASSERT_NE(rs.Put("big" + std::to_string(i), {proto::Outcome::kOk, 1, big, "", clock.Now()}),
+              nullptr);
+    EXPECT_EQ(rs.Find("big" + std::to_string(i))->result, big);
+  }
 }
 
 }  // namespace

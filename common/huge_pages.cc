@@ -22,7 +22,8 @@ constexpr const char* kTunable = "glibc.malloc.hugetlb";
 constexpr const char* kSaved = "FLEET_SAVED_GLIBC_TUNABLES";
 constexpr const char* kUnset = "\x01unset";
 
-// glibc 2.35 added the tunable; older ones ignore it (no harm, no gain).
+}  // namespace
+
 bool GlibcHasTunable() {
 #if defined(__GLIBC__)
   int major = 0, minor = 0;
@@ -32,8 +33,6 @@ bool GlibcHasTunable() {
   return false;
 #endif
 }
-
-}  // namespace
 
 bool SanitizerBuild() {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -66,19 +65,27 @@ std::optional<std::string> HugePageTunables(const char* tunables, std::string_vi
 
 void UseHugePageMalloc(char** argv) {
   if (const char* saved = std::getenv(kSaved)) {
-    // The re-executed run: glibc has read the tunable; put the variable
-    // back for whatever this process starts.
-    if (std::strcmp(saved, kUnset) == 0) {
-      unsetenv("GLIBC_TUNABLES");
-    } else {
-      setenv("GLIBC_TUNABLES", saved, 1);
+    const char* now = std::getenv("GLIBC_TUNABLES");
+    if (now != nullptr && std::strstr(now, kTunable) != nullptr) {
+      // The re-executed run: glibc has read the tunable; put the variable
+      // back for whatever this process starts.
+      if (std::strcmp(saved, kUnset) == 0) {
+        unsetenv("GLIBC_TUNABLES");
+      } else {
+        setenv("GLIBC_TUNABLES", saved, 1);
+      }
+      unsetenv(kSaved);
+      return;
     }
-    unsetenv(kSaved);
-    return;
+    unsetenv(kSaved);  // not ours: inherited from somewhere, ignore it
   }
   if (SanitizerBuild() || !GlibcHasTunable() || argv == nullptr || argv[0] == nullptr) return;
-  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
-  const std::string mode((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string mode;
+  {
+    // Closed before the exec (the stream's descriptor is not close-on-exec).
+    std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+    mode.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
   const char* before = std::getenv("GLIBC_TUNABLES");
   const std::optional<std::string> value =
       HugePageTunables(before, mode, std::getenv("FLEET_MALLOC_HUGEPAGES"));

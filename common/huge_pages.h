@@ -36,6 +36,9 @@ std::optional<std::string> HugePageTunables(const char* tunables, std::string_vi
 
 // True in a sanitizer build (its own malloc; nothing is done there).
 bool SanitizerBuild();
+// True for glibc 2.35 and later, which know the tunable (older ones ignore
+// it: nothing is done there).
+bool GlibcHasTunable();
 
 // Call first thing in main(), before any thread, socket or signal handler
 // exists. Returns at once when nothing is to be done (or when it was done:

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <vector>
 
 #include "common/huge_pages.h"
 #include "tests/support/cluster.h"
@@ -28,9 +29,59 @@ std::string Environ(pid_t pid) {
 std::optional<std::string> Expected() {
   std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
   const std::string mode((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (SanitizerBuild()) return std::nullopt;
+  if (SanitizerBuild() || !GlibcHasTunable()) return std::nullopt;
   return HugePageTunables(std::getenv("GLIBC_TUNABLES"), mode,
                           std::getenv("FLEET_MALLOC_HUGEPAGES"));
+}
+
+// The probe's report, run through env(1) with `env_args` (-u NAME, K=V).
+std::string Probe(const std::vector<std::string>& env_args) {
+  TempDir dir;
+  std::vector<std::string> argv = {"/usr/bin/env"};
+  argv.insert(argv.end(), env_args.begin(), env_args.end());
+  argv.push_back(HUGE_PAGES_PROBE);
+  RunResult r = Run(argv, std::chrono::seconds(30), dir.File("probe.log"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return r.output;
+}
+
+// After its re-exec a program sees GLIBC_TUNABLES as it was started with
+// (so what it starts inherits nothing of ours), while glibc read it with
+// the tunable; the marker variable is gone.
+TEST(HugePageMallocTest, ReExecutesWithTheTunableThenPutsTheVariableBack) {
+  const std::string unset = Probe({"-u", "GLIBC_TUNABLES", "-u", "FLEET_MALLOC_HUGEPAGES",
+                                   "-u", "FLEET_SAVED_GLIBC_TUNABLES"});
+  EXPECT_NE(unset.find("now GLIBC_TUNABLES=(unset)\n"), std::string::npos) << unset;
+  EXPECT_NE(unset.find("now FLEET_SAVED_GLIBC_TUNABLES=(unset)\n"), std::string::npos) << unset;
+  const std::string kept = Probe({"-u", "FLEET_MALLOC_HUGEPAGES", "-u",
+                                  "FLEET_SAVED_GLIBC_TUNABLES",
+                                  "GLIBC_TUNABLES=glibc.malloc.arena_max=2"});
+  EXPECT_NE(kept.find("now GLIBC_TUNABLES=glibc.malloc.arena_max=2\n"), std::string::npos)
+      << kept;
+  EXPECT_NE(kept.find("now FLEET_SAVED_GLIBC_TUNABLES=(unset)\n"), std::string::npos) << kept;
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  const std::string mode((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (SanitizerBuild() || !GlibcHasTunable() || mode.find("[madvise]") == std::string::npos) {
+    EXPECT_EQ(unset.find("exec'd with"), std::string::npos) << unset;
+    return;
+  }
+  // Re-executed: with the tunable, and with the marker holding the value
+  // to put back (glibc may rewrite a GLIBC_TUNABLES of several tunables in
+  // place, so the marker is what shows the second exec of `kept`).
+  EXPECT_NE(unset.find("exec'd with GLIBC_TUNABLES=glibc.malloc.hugetlb=1\n"),
+            std::string::npos) << unset;
+  EXPECT_NE(unset.find("exec'd with FLEET_SAVED_GLIBC_TUNABLES=\x01unset\n"), std::string::npos)
+      << unset;
+  EXPECT_NE(kept.find("exec'd with FLEET_SAVED_GLIBC_TUNABLES=glibc.malloc.arena_max=2\n"),
+            std::string::npos) << kept;
+}
+
+// A marker variable the program did not set is dropped, not trusted.
+TEST(HugePageMallocTest, AStrayMarkerIsIgnored) {
+  const std::string out = Probe({"-u", "GLIBC_TUNABLES", "-u", "FLEET_MALLOC_HUGEPAGES",
+                                 "FLEET_SAVED_GLIBC_TUNABLES=glibc.malloc.arena_max=9"});
+  EXPECT_NE(out.find("now GLIBC_TUNABLES=(unset)\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("now FLEET_SAVED_GLIBC_TUNABLES=(unset)\n"), std::string::npos) << out;
 }
 
 TEST(HugePageMallocTest, BrokerRunsWithItUnderItsOwnNameWorkersAsStarted) {

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +31,13 @@ bool GlibcHasTunable() {
 #else
   return false;
 #endif
+}
+
+std::string ThpMode() {
+  // Closed on return, so never open across an exec (the stream's
+  // descriptor is not close-on-exec).
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
 bool SanitizerBuild() {
@@ -80,15 +86,9 @@ void UseHugePageMalloc(char** argv) {
     unsetenv(kSaved);  // not ours: inherited from somewhere, ignore it
   }
   if (SanitizerBuild() || !GlibcHasTunable() || argv == nullptr || argv[0] == nullptr) return;
-  std::string mode;
-  {
-    // Closed before the exec (the stream's descriptor is not close-on-exec).
-    std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
-    mode.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  }
   const char* before = std::getenv("GLIBC_TUNABLES");
   const std::optional<std::string> value =
-      HugePageTunables(before, mode, std::getenv("FLEET_MALLOC_HUGEPAGES"));
+      HugePageTunables(before, ThpMode(), std::getenv("FLEET_MALLOC_HUGEPAGES"));
   if (!value) return;
   const std::string saved = before == nullptr ? kUnset : before;
   if (setenv(kSaved, saved.c_str(), 1) != 0) return;

@@ -34,6 +34,10 @@ namespace fleet {
 std::optional<std::string> HugePageTunables(const char* tunables, std::string_view thp_mode,
                                             const char* opt_out);
 
+// The kernel's THP mode line (/sys/kernel/mm/transparent_hugepage/enabled,
+// e.g. "always [madvise] never"), or "" when it cannot be read.
+std::string ThpMode();
+
 // True in a sanitizer build (its own malloc; nothing is done there).
 bool SanitizerBuild();
 // True for glibc 2.35 and later, which know the tunable (older ones ignore

@@ -38,7 +38,7 @@ class AutoscalerMetrics {
   void Retired() { retired_.Increment(); }
   void RetireRefused() { retire_refused_.Increment(); }
   // http://HOST:PORT/metrics, or "" when not served.
-  const std::string& url() const { return served_.url; }
+  const std::string& url() const { return served_.url(); }
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;

@@ -10,6 +10,9 @@
 #include <cstring>
 #include <filesystem>
 #include <thread>
+#include <vector>
+
+extern char** environ;
 
 namespace fleet::autoscaler {
 
@@ -35,7 +38,25 @@ std::string DefaultWorkerBin() {
   return "fleet-worker";
 }
 
+std::vector<std::string> ChildEnvironment(const char* const* env) {
+  std::vector<std::string> out;
+  if (env == nullptr) return out;
+  for (const char* const* e = env; *e != nullptr; ++e) {
+    if (std::strncmp(*e, kStrippedPrefix, std::strlen(kStrippedPrefix)) == 0) continue;
+    out.emplace_back(*e);
+  }
+  return out;
+}
+
 pid_t SpawnShell(const std::string& command, std::string* error) {
+  // Built before the fork: the autoscaler has threads, so the child must not
+  // allocate between fork and exec.
+  const std::vector<std::string> env = ChildEnvironment(environ);
+  std::vector<char*> envp;
+  envp.reserve(env.size() + 1);
+  for (const std::string& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const char* argv[] = {"sh", "-c", command.c_str(), nullptr};
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
@@ -53,7 +74,7 @@ pid_t SpawnShell(const std::string& command, std::string* error) {
     signal(SIGPIPE, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    execve("/bin/sh", const_cast<char* const*>(argv), envp.data());
     _exit(127);
   }
   return pid;

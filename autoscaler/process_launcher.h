@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "autoscaler/launcher.h"
 
@@ -50,9 +51,23 @@ class ProcessLauncher : public Launcher {
 };
 
 // Forks /bin/sh -c `command` in its own process group, with default signal
-// dispositions and SIGTERM when this process dies. Returns the pid, or -1
-// with `error` set.
+// dispositions, SIGTERM when this process dies, and this process's
+// environment minus every FLEET_* variable (ChildEnvironment). Returns the
+// pid, or -1 with `error` set.
 pid_t SpawnShell(const std::string& command, std::string* error);
+
+// Variables starting with this are the autoscaler's own settings (every
+// flag of every fleet program reads FLEET_<FLAG>): they never reach a
+// worker or a start/stop command, which get their settings from
+// --worker-args or the command template alone. Otherwise FLEET_METRICS,
+// FLEET_CURVE_KEY or FLEET_LOG_LEVEL meant for the autoscaler would become
+// every worker's --metrics, --curve-key or --log-level.
+inline constexpr const char* kStrippedPrefix = "FLEET_";
+
+// `env` (a NULL-terminated "K=V" array such as environ) without the
+// variables named kStrippedPrefix*; everything else (PATH, HOME, LANG, ...)
+// is kept in order.
+std::vector<std::string> ChildEnvironment(const char* const* env);
 
 // Quotes `s` for /bin/sh (single quotes).
 std::string ShellQuote(const std::string& s);

@@ -134,6 +134,29 @@ void BrokerMetrics::UpdateJournal(const JournalStats& s) {
   j.replayed->Set(static_cast<double>(s.records_replayed));
 }
 
+void BrokerMetrics::UpdateCurve(const CurveMonitor& monitor) {
+  if (curve_.empty()) {
+    auto& family = BuildCounter()
+                       .Name("fleet_curve_refused_total")
+                       .Help("CURVE handshakes refused, by endpoint (producers, workers, "
+                             "control) and reason (key: not on the allowlist; mechanism: no "
+                             "CURVE; cryptographic: wrong server key or damaged; other)")
+                       .Register(registry_);
+    for (std::size_t i = 0; i < monitor.size(); ++i) {
+      for (int r = 0; r < CurveMonitor::kReasonCount; ++r) {
+        curve_.push_back({&family.Add({{"endpoint", monitor.name(i)},
+                                       {"reason", CurveMonitor::ReasonName(r)}})});
+      }
+    }
+  }
+  for (std::size_t i = 0; i < monitor.size(); ++i) {
+    for (int r = 0; r < CurveMonitor::kReasonCount; ++r) {
+      CurveSeries& s = curve_[i * CurveMonitor::kReasonCount + r];
+      Advance(*s.counter, monitor.refused(i, r), s.last);
+    }
+  }
+}
+
 void BrokerMetrics::Update(BrokerCore& core, TimePoint now) {
   const BatchStore& batches = core.batches();
   for (const auto& [name, depth] : batches.Depths()) {

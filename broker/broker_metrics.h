@@ -15,8 +15,10 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "broker/broker_core.h"
+#include "common/curve_monitor.h"
 #include "common/string_map.h"
 
 namespace fleet::broker {
@@ -30,6 +32,9 @@ class BrokerMetrics {
   void Update(BrokerCore& core, TimePoint now);
   // Durable mode: the journal's counters (the series exist only then).
   void UpdateJournal(const JournalStats& stats);
+  // With CURVE: refused handshakes by endpoint and reason (the series exist
+  // only then, every endpoint and reason from the first call, at 0).
+  void UpdateCurve(const CurveMonitor& monitor);
 
  private:
   struct WorkerSeries {
@@ -51,8 +56,14 @@ class BrokerMetrics {
     std::uint64_t last_commits = 0, last_syncs = 0, last_bytes = 0, last_compactions = 0;
   };
 
+  struct CurveSeries {
+    prometheus::Counter* counter;
+    std::uint64_t last = 0;
+  };
+
   prometheus::Registry& registry_;
   std::unique_ptr<JournalSeries> journal_;
+  std::vector<CurveSeries> curve_;  // endpoint-major, CurveMonitor::kReasonCount each
   prometheus::Family<prometheus::Gauge>& queue_depth_;
   prometheus::Gauge& inflight_;
   prometheus::Gauge& held_bytes_;

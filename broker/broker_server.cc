@@ -27,6 +27,10 @@ constexpr Millis kMetricsLag{20};
 constexpr std::size_t kMaxItemsPerMessage = 4096;
 constexpr std::size_t kMaxBytesPerMessage = 8u << 20;
 
+// How long closing a socket at exit may wait for messages still queued to
+// peers.
+constexpr int kShutdownLingerMs = 200;
+
 // Sends `items` in as few messages as the bounds allow. `make` builds a
 // message from a slice; `size_of` is an item's byte weight; `send` sends.
 template <typename Item, typename Make, typename SizeOf, typename SendFn>
@@ -81,6 +85,11 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
   // (refusing the DONE would leave its batches held).
   limits_.max_text_bytes = std::min<std::size_t>(options.max_message_bytes, 1u << 20);
   SocketLimits sl;
+  // Linger bounds the exit: what a live peer is owed leaves within
+  // microseconds; only a peer that stopped reading holds messages back, and
+  // for it a restart must not wait (the producer library re-sends whatever
+  // has no result when it reconnects).
+  sl.linger_ms = kShutdownLingerMs;
   // Frames over the transport limit make libzmq drop the connection; keep it
   // above the codec's limit so an oversized message gets a clear ERROR.
   sl.max_message_bytes = static_cast<int>(
@@ -89,6 +98,7 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
     ApplySocketOptions(*s, sl, /*router=*/true);
   }
   const bool curve = !options.curve_secret_key_file.empty();
+  CurveKeyPair probe_keys;
   if (curve) {
     if (options.curve_producers_file.empty() || options.curve_workers_file.empty() ||
         options.curve_control_file.empty()) {
@@ -100,11 +110,16 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
     curve_keys_ = ReadKeyFile(options.curve_secret_key_file, /*need_secret=*/true);
     // The role of a client is the endpoint whose allowlist has its key: a
     // worker key cannot submit, a producer key cannot pull work or retire.
+    // The self-check below connects with this unlisted key; the handler
+    // refuses it like any other but does not report it as an intruder.
+    probe_keys = GenerateKeyPair();
     zap_ = std::make_unique<ZapHandler>(
-        context_, std::map<std::string, std::set<std::string>>{
-                      {"producers", ReadAllowlist(options.curve_producers_file)},
-                      {"workers", ReadAllowlist(options.curve_workers_file)},
-                      {"control", ReadAllowlist(options.curve_control_file)}});
+        context_,
+        std::map<std::string, std::set<std::string>>{
+            {"producers", ReadAllowlist(options.curve_producers_file)},
+            {"workers", ReadAllowlist(options.curve_workers_file)},
+            {"control", ReadAllowlist(options.curve_control_file)}},
+        probe_keys.public_key);
     ApplyCurveServer(frontend_, curve_keys_, "producers");
     ApplyCurveServer(backend_, curve_keys_, "workers");
     ApplyCurveServer(control_, curve_keys_, "control");
@@ -120,12 +135,17 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
     // on each endpoint, with a real handshake from a key nobody listed.
     for (const std::string* ep : {&frontend_endpoint_, &backend_endpoint_, &control_endpoint_}) {
       std::string detail;
-      if (!VerifyUnknownKeyRefused(context_, *ep, curve_keys_.public_key,
+      if (!VerifyUnknownKeyRefused(context_, *ep, curve_keys_.public_key, probe_keys,
                                    std::chrono::milliseconds(5000), &detail)) {
         throw std::runtime_error("CURVE self-check failed on " + *ep + ": " + detail +
                                  "; refusing to start unauthenticated");
       }
     }
+    // After the self-check, so its refusals are not counted.
+    curve_monitor_ = std::make_unique<CurveMonitor>(context_);
+    curve_monitor_->Watch(frontend_, "producers");
+    curve_monitor_->Watch(backend_, "workers");
+    curve_monitor_->Watch(control_, "control");
   }
 }
 
@@ -139,11 +159,16 @@ zmq::socket_t& BrokerServer::SocketFor(Socket which) {
 }
 
 void BrokerServer::Run(const std::function<bool()>& stop) {
-  zmq::pollitem_t items[] = {
+  // The three endpoints, then (with CURVE) their handshake monitors.
+  std::vector<zmq::pollitem_t> items = {
       {frontend_.handle(), 0, ZMQ_POLLIN, 0},
       {backend_.handle(), 0, ZMQ_POLLIN, 0},
       {control_.handle(), 0, ZMQ_POLLIN, 0},
   };
+  const std::size_t monitors = curve_monitor_ != nullptr ? curve_monitor_->size() : 0;
+  for (std::size_t i = 0; i < monitors; ++i) {
+    items.push_back({curve_monitor_->socket(i).handle(), 0, ZMQ_POLLIN, 0});
+  }
   // Housekeeping runs twice per heartbeat so a heartbeat is never late by
   // more than half an interval.
   const Duration tick = options_.heartbeat / 2;
@@ -163,8 +188,11 @@ void BrokerServer::Run(const std::function<bool()>& stop) {
     TimePoint now = clock_.Now();
     auto wait = std::chrono::ceil<Millis>(std::min(next_tick, metrics_due) - now);
     if (wait.count() < 0) wait = Millis(0);
-    PollNoThrow(items, 3, wait);
+    PollNoThrow(items.data(), items.size(), wait);
     now = clock_.Now();
+    for (std::size_t i = 0; i < monitors; ++i) {
+      if (items[3 + i].revents & ZMQ_POLLIN) curve_monitor_->Drain(i, now);
+    }
     const bool active = (items[0].revents | items[1].revents | items[2].revents) & ZMQ_POLLIN;
     busy_since_tick |= active;
     if (items[0].revents & ZMQ_POLLIN) Drain(frontend_, Socket::kFrontend, now);
@@ -198,6 +226,7 @@ void BrokerServer::Run(const std::function<bool()>& stop) {
         metrics_->Update(core_, now);
         published_queued = core_.batches().queued();
         if (journal_ != nullptr) metrics_->UpdateJournal(journal_->stats());
+        if (curve_monitor_ != nullptr) metrics_->UpdateCurve(*curve_monitor_);
       }
       if (journal_ != nullptr && journal_->NeedsCompaction()) {
         const std::uint64_t before = journal_->active_bytes();

@@ -17,6 +17,7 @@
 #include "common/clock.h"
 #include "common/codec.h"
 #include "common/curve.h"
+#include "common/curve_monitor.h"
 
 namespace fleet::broker {
 
@@ -43,6 +44,8 @@ class BrokerServer {
   const Journal* journal() const { return journal_.get(); }
   // With CURVE: the ZAP handler (counts of clients let in and refused).
   const ZapHandler* zap() const { return zap_.get(); }
+  // With CURVE: handshakes refused per endpoint and reason, else null.
+  const CurveMonitor* curve_monitor() const { return curve_monitor_.get(); }
   // The broker's public key (Z85) with CURVE, else empty.
   const std::string& curve_public_key() const { return curve_keys_.public_key; }
 
@@ -74,6 +77,8 @@ class BrokerServer {
   class BrokerMetrics* metrics_ = nullptr;
   std::vector<std::string> ready_lines_;
   CurveKeyPair curve_keys_;
+  // With CURVE: refused handshakes; before the sockets in destruction.
+  std::unique_ptr<CurveMonitor> curve_monitor_;
   // Last: stops before the sockets close. In that moment a handshake would
   // not be checked, but the loop has ended and nothing is read any more.
   std::unique_ptr<ZapHandler> zap_;

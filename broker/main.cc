@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
       metrics_state = std::make_unique<broker::BrokerMetrics>(*registry);
       metrics_state->Update(server.core(), clock.Now());
       served = ServeMetrics(metrics, registry, metrics_auth);
-      metrics_url = served.url;
+      metrics_url = served.url();
       server.set_metrics(metrics_state.get());
       server.add_ready_line("metrics=" + metrics_url);
       if (metrics_auth) metrics_url += " (basic auth)";

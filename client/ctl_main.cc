@@ -187,6 +187,11 @@ int main(int argc, char** argv) {
                  "trace, debug, info, warn, error, off")
       ->capture_default_str();
   app.require_subcommand(1);
+  // The program's own flags work after the subcommand too
+  // (`fleet-ctl workers --json` as well as `fleet-ctl --json workers`):
+  // subcommands created below inherit this and hand what they do not know
+  // to the program.
+  app.fallthrough();
   CLI::App* workers = app.add_subcommand("workers", "list workers");
   CLI::App* stats = app.add_subcommand("stats", "queue depths and counters");
   CLI::App* retire =

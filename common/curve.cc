@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "common/log.h"
 #include "common/zmq_util.h"
 
 namespace fleet {
@@ -175,9 +176,21 @@ void ApplyCurveServer(zmq::socket_t& socket, const CurveKeyPair& keys, const std
   socket.set(zmq::sockopt::zap_domain, domain);
 }
 
+std::string EncodeZ85Key(const std::string& binary) {
+  if (binary.size() != 32) return "";
+  char out[41] = {};
+  if (zmq_z85_encode(out, reinterpret_cast<const std::uint8_t*>(binary.data()), 32) == nullptr) {
+    return "";
+  }
+  return out;
+}
+
 ZapHandler::ZapHandler(zmq::context_t& context,
-                       std::map<std::string, std::set<std::string>> allow)
-    : context_(context), socket_(context, zmq::socket_type::rep) {
+                       std::map<std::string, std::set<std::string>> allow,
+                       const std::string& probe_key)
+    : context_(context),
+      probe_key_(probe_key.empty() ? "" : DecodeZ85(probe_key)),
+      socket_(context, zmq::socket_type::rep) {
   for (auto& [domain, keys] : allow) {
     auto& binary = allow_[domain];
     for (const std::string& k : keys) binary.insert(DecodeZ85(k));
@@ -195,6 +208,7 @@ ZapHandler::~ZapHandler() {
 void ZapHandler::Run() {
   zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
   std::vector<zmq::message_t> frames;
+  std::map<std::string, LogThrottle> throttles;  // by domain: our endpoints, or ""
   while (!stop_) {
     // The timeout only bounds how long a stop waits; requests wake it.
     if (PollNoThrow(&item, 1, std::chrono::milliseconds(100)) <= 0) continue;
@@ -211,12 +225,22 @@ void ZapHandler::Run() {
         text = "OK";
         user = domain;
       }
+      const std::string key = frames.size() >= 7 ? frames[6].to_string() : "";
+      std::uint64_t held_back = 0;
       if (status == "200") {
         ++accepted_;
-      } else {
-        ++refused_;
-        spdlog::warn("refused a {} client on the {} endpoint from {}: key not on its allowlist",
-                     mechanism, domain.empty() ? "(no domain)" : domain, frames[3].to_string());
+      } else if (!probe_key_.empty() && key == probe_key_) {
+        spdlog::debug("the start-up self-check's unlisted key was refused on the {} endpoint, "
+                      "as it must be", domain);
+      } else if (++refused_, throttles[it != allow_.end() ? domain : ""].Allow(
+                                 std::chrono::steady_clock::now(), &held_back)) {
+        spdlog::warn("refused a {} client on the {} endpoint from {}: its key {} is not on "
+                     "the endpoint's allowlist{}",
+                     mechanism, domain.empty() ? "(no domain)" : domain, frames[3].to_string(),
+                     key.empty() ? "(none)" : EncodeZ85Key(key),
+                     held_back == 0 ? ""
+                                    : fmt::format(" ({} more refused since the last such line)",
+                                                  held_back));
       }
     }
     const std::string request_id = frames.size() > 1 ? frames[1].to_string() : "";
@@ -229,7 +253,7 @@ void ZapHandler::Run() {
 }
 
 bool VerifyUnknownKeyRefused(zmq::context_t& context, const std::string& endpoint,
-                             const std::string& server_public_key,
+                             const std::string& server_public_key, const CurveKeyPair& probe_keys,
                              std::chrono::milliseconds timeout, std::string* detail) {
   std::string target = endpoint;
   for (const char* any : {"tcp://0.0.0.0:", "tcp://*:"}) {
@@ -241,7 +265,7 @@ bool VerifyUnknownKeyRefused(zmq::context_t& context, const std::string& endpoin
   probe.set(zmq::sockopt::linger, 0);
   CurveClient stranger;
   stranger.server_key = server_public_key;
-  stranger.keys = GenerateKeyPair();
+  stranger.keys = probe_keys;
   ApplyCurveClient(probe, stranger);
   const int events = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
                      ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;

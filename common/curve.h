@@ -65,10 +65,15 @@ void ApplyCurveServer(zmq::socket_t& socket, const CurveKeyPair& keys, const std
 // own thread: a CURVE client is let in only when its public key is in the
 // allowlist of the domain of the socket it connects to, and gets that
 // domain as its User-Id. Everything else (unknown key, unknown domain,
-// another mechanism) is refused with 400.
+// another mechanism) is refused with 400 and logged as a warning with the
+// endpoint, the peer's address and its public key (at most one line per
+// 10 s; the next says how many it stands for). `probe_key` (Z85, may be
+// empty) is the broker's own start-up self-check: refused like any unknown
+// key, but logged at debug and not counted, since it is no attack.
 class ZapHandler {
  public:
-  ZapHandler(zmq::context_t& context, std::map<std::string, std::set<std::string>> allow);
+  ZapHandler(zmq::context_t& context, std::map<std::string, std::set<std::string>> allow,
+             const std::string& probe_key = "");
   ~ZapHandler();
   ZapHandler(const ZapHandler&) = delete;
   ZapHandler& operator=(const ZapHandler&) = delete;
@@ -81,6 +86,7 @@ class ZapHandler {
 
   zmq::context_t& context_;
   std::map<std::string, std::set<std::string>> allow_;  // domain -> binary keys
+  std::string probe_key_;                               // binary; "" when none
   zmq::socket_t socket_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
@@ -89,11 +95,14 @@ class ZapHandler {
 };
 
 // Connects to `endpoint` (as bound; a wildcard address is reached on
-// 127.0.0.1) with a fresh, unlisted key pair and waits for the handshake.
-// True when the server refused it; false with `detail` when it let it in
-// or said nothing within `timeout`.
+// 127.0.0.1) with `probe`, a fresh key pair nobody listed, and waits for
+// the handshake. True when the server refused it; false with `detail` when
+// it let it in or said nothing within `timeout`.
 bool VerifyUnknownKeyRefused(zmq::context_t& context, const std::string& endpoint,
-                             const std::string& server_public_key,
+                             const std::string& server_public_key, const CurveKeyPair& probe,
                              std::chrono::milliseconds timeout, std::string* detail);
+
+// Z85 text of a 32-byte binary key, or "" when `binary` is not 32 bytes.
+std::string EncodeZ85Key(const std::string& binary);
 
 }  // namespace fleet

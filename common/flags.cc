@@ -22,7 +22,10 @@ int ParseFlags(CLI::App& app, int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // Prints the message (help to stdout, errors to stderr). CLI11's own
+    // codes (105 for a bad value, 109 for an unknown flag, ...) become the
+    // usual usage error, 2, for every program.
+    return app.exit(e) == 0 ? 0 : kUsageError;
   }
   return -1;
 }

@@ -14,8 +14,13 @@ namespace fleet {
 // adding options, before parsing.
 void AddEnvNames(CLI::App& app);
 
+// Exit code of every program for a bad command line (unknown flag, bad
+// value, missing argument) and for settings refused before it starts.
+inline constexpr int kUsageError = 2;
+
 // Parses argv; on --help or a bad flag prints the message and returns the
-// exit code to use (0 for --help). Returns -1 when the program should run.
+// exit code to use (0 for --help, kUsageError for a bad flag). Returns -1
+// when the program should run.
 int ParseFlags(CLI::App& app, int argc, char** argv);
 
 }  // namespace fleet

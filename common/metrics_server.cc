@@ -4,9 +4,13 @@
 #include <arpa/inet.h>
 #include <civetweb.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 // "Nothing else served": civetweb hands a request for /metrics/anything to
 // the /metrics handler too (prefix match), and its own fallbacks answer the
@@ -33,6 +37,30 @@ int AnswerOnlyMetrics(mg_connection* conn) {
   }
   mg_send_http_error(conn, 404, "%s", "Not Found: only /metrics is served here\n");
   return 404;
+}
+
+// The listening TCP socket of this process bound to `port`, or -1. The
+// Exposer does not expose civetweb's descriptor; a scan of a few hundred
+// getsockopt calls, once at start, finds it.
+int FindListeningSocket(int port) {
+  for (int fd = 0; fd < 4096; ++fd) {
+    int listening = 0;
+    socklen_t len = sizeof listening;
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || listening == 0) {
+      continue;
+    }
+    sockaddr_storage addr{};
+    socklen_t addr_len = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0) continue;
+    int bound = -1;
+    if (addr.ss_family == AF_INET) {
+      bound = ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
+    } else if (addr.ss_family == AF_INET6) {
+      bound = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
+    }
+    if (bound == port) return fd;
+  }
+  return -1;
 }
 
 bool AllDigits(const std::string& s) {
@@ -74,15 +102,44 @@ void CheckMetricsAddress(const std::string& a) {
   }
 }
 
+MetricsServer::MetricsServer(std::unique_ptr<prometheus::Exposer> exposer, std::string url,
+                             int listen_fd)
+    : exposer_(std::move(exposer)), url_(std::move(url)), listen_fd_(listen_fd) {}
+
+MetricsServer::MetricsServer(MetricsServer&& other) noexcept
+    : exposer_(std::move(other.exposer_)),
+      url_(std::move(other.url_)),
+      listen_fd_(std::exchange(other.listen_fd_, -1)) {}
+
+MetricsServer& MetricsServer::operator=(MetricsServer&& other) noexcept {
+  if (this != &other) {
+    Stop();
+    exposer_ = std::move(other.exposer_);
+    url_ = std::move(other.url_);
+    listen_fd_ = std::exchange(other.listen_fd_, -1);
+  }
+  return *this;
+}
+
+void MetricsServer::Stop() {
+  if (exposer_ == nullptr) return;
+  // Wakes civetweb's poll of this socket (Linux reports a shut-down
+  // listening socket as hung up), so the stop below does not wait out its
+  // 2 s poll. civetweb still owns and closes the descriptor.
+  if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
+  listen_fd_ = -1;
+  exposer_.reset();
+}
+
 MetricsServer ServeMetrics(const std::string& bind_address,
                            std::shared_ptr<prometheus::Registry> registry,
                            const std::optional<BasicAuth>& auth) {
   CheckMetricsAddress(bind_address);
-  MetricsServer s;
+  std::unique_ptr<prometheus::Exposer> exposer;
   CivetCallbacks callbacks;  // copied by the server
   callbacks.begin_request = &AnswerOnlyMetrics;
   try {
-    s.exposer = std::make_unique<prometheus::Exposer>(bind_address, 2, &callbacks);
+    exposer = std::make_unique<prometheus::Exposer>(bind_address, 2, &callbacks);
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot serve metrics on " + bind_address + ": " + e.what() +
                              " (is the port in use, or the address not one of this host's?)");
@@ -91,19 +148,20 @@ MetricsServer ServeMetrics(const std::string& bind_address,
   // call on, and until RegisterAuth it would serve whatever it holds openly.
   if (auth) {
     // The callback runs on the exposer's threads and only reads `creds`.
-    s.exposer->RegisterAuth(
+    exposer->RegisterAuth(
         [creds = *auth](const std::string& user, const std::string& password) {
           return creds.Matches(user, password);
         },
         "fleet metrics");
   }
-  s.exposer->RegisterCollectable(registry);
+  exposer->RegisterCollectable(registry);
   std::string host = bind_address.substr(0, bind_address.rfind(':'));
   if (host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
-  auto ports = s.exposer->GetListeningPorts();
-  s.url = "http://" + host + ":" + (ports.empty() ? std::string("0") : std::to_string(ports[0])) +
-          "/metrics";
-  return s;
+  auto ports = exposer->GetListeningPorts();
+  const int port = ports.empty() ? 0 : ports[0];
+  std::string url = "http://" + host + ":" + std::to_string(port) + "/metrics";
+  const int fd = port > 0 ? FindListeningSocket(port) : -1;
+  return MetricsServer(std::move(exposer), std::move(url), fd);
 }
 
 void AddMetricsAuthFlag(CLI::App& app, std::string* auth_file) {

@@ -16,9 +16,32 @@
 
 namespace fleet {
 
-struct MetricsServer {
-  std::unique_ptr<prometheus::Exposer> exposer;
-  std::string url;  // http://HOST:PORT/metrics as bound (port 0 resolved)
+// A running /metrics page. Stops on destruction, within milliseconds: the
+// embedded civetweb server checks for a stop only between polls of its
+// listening socket, which wait up to 2 s (measured: 1.3 s on average for
+// every program with --metrics to exit, enough for a restart at once to
+// find the port still taken). Stop() first shuts the listening socket
+// down, which ends that poll at once. Move-only.
+class MetricsServer {
+ public:
+  MetricsServer() = default;
+  MetricsServer(std::unique_ptr<prometheus::Exposer> exposer, std::string url, int listen_fd);
+  MetricsServer(MetricsServer&& other) noexcept;
+  MetricsServer& operator=(MetricsServer&& other) noexcept;
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+  ~MetricsServer() { Stop(); }
+
+  // Stops serving and frees the port; a no-op when not serving.
+  void Stop();
+  bool serving() const { return exposer_ != nullptr; }
+  prometheus::Exposer* exposer() const { return exposer_.get(); }
+  const std::string& url() const { return url_; }  // http://HOST:PORT/metrics as bound
+
+ private:
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::string url_;
+  int listen_fd_ = -1;  // civetweb's listening socket (civetweb closes it), or -1
 };
 
 // Checks that `bind_address` is ADDRESS:PORT with a numeric address

@@ -1,6 +1,7 @@
 #include "worker/worker.h"
 
 #include <signal.h>
+#include <unistd.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
@@ -29,14 +30,32 @@ constexpr std::size_t kMaxErrorBytes = 8 << 10;
 // second one apart, the loop re-arms SIGINT/SIGTERM with this handler once
 // it has seen the first; like the first, it only sets a flag. (A count in
 // common/signals.h would make this unnecessary.)
+//
+// A SIGTERM sent by the process that started this worker never counts as
+// the second: an autoscaler asks once and escalates with SIGKILL, and when
+// an autoscaler dies the kernel delivers its parent-death SIGTERM
+// (PR_SET_PDEATHSIG) once for every thread of the dying process that the
+// worker is handed to on the way, several within milliseconds. Treating
+// those as "stop now" would abandon the batches a drain should finish.
+// Telling them apart by sender (si_pid) keeps a second Ctrl-C, or a second
+// kill from anyone else, as the way to stop at once.
 volatile std::sig_atomic_t g_second_stop = 0;
-extern "C" void OnSecondStop(int /*sig*/) { g_second_stop = 1; }
+volatile std::sig_atomic_t g_parent_pid = 0;       // 0: no parent to trust (pid 1, containers)
+volatile std::sig_atomic_t g_parent_repeats = 0;  // SIGTERMs from it after the first
+extern "C" void OnSecondStop(int sig, siginfo_t* info, void* /*context*/) {
+  if (sig == SIGTERM && g_parent_pid > 1 && info != nullptr && info->si_code == SI_USER &&
+      info->si_pid == g_parent_pid) {
+    g_parent_repeats = g_parent_repeats + 1;
+    return;
+  }
+  g_second_stop = 1;
+}
 
 void ArmSecondStopSignal() {
   struct sigaction sa {};
-  sa.sa_handler = OnSecondStop;
+  sa.sa_sigaction = OnSecondStop;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: let poll() return with EINTR
+  sa.sa_flags = SA_SIGINFO;  // no SA_RESTART: let poll() return with EINTR
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 }
@@ -92,6 +111,8 @@ Worker::Worker(WorkerOptions options)
       credit_(static_cast<std::uint32_t>(std::max(options_.concurrency, 1) +
                                          std::max(options_.prefetch, 0))) {
   ValidateOptions(options_);
+  // Read now: once the parent dies, getppid() names whoever adopted us.
+  if (const pid_t parent = getppid(); parent > 1) g_parent_pid = parent;
   handler_ = MakeHandler(options_.handler);
   results_.set(zmq::sockopt::rcvhwm, 0);
   results_.set(zmq::sockopt::linger, 0);
@@ -286,6 +307,12 @@ void Worker::CheckSignals() {
     spdlog::info("worker {}: signal {}; draining {} held batches, then exiting "
                  "(signal again to exit now)",
                  options_.id, StopSignal(), credit_.held());
+  } else if (g_parent_repeats != reported_parent_repeats_ && !g_second_stop) {
+    reported_parent_repeats_ = g_parent_repeats;
+    spdlog::info("worker {}: SIGTERM again from the process that started it (pid {}; "
+                 "{} repeats so far): still draining {} held batches",
+                 options_.id, static_cast<int>(g_parent_pid), reported_parent_repeats_,
+                 credit_.held());
   } else if (g_second_stop && !exit_code_) {
     spdlog::warn("worker {}: second stop signal; exiting now, leaving {} batches "
                  "to the broker to requeue",

@@ -138,6 +138,7 @@ class Worker {
 
   bool stop_from_broker_ = false;
   bool stop_from_signal_ = false;
+  int reported_parent_repeats_ = 0;  // parent SIGTERMs after the first, logged
   bool drain_sent_ = false;   // DRAIN sent on the current registration
   bool abandoned_ = false;
   std::optional<int> exit_code_;

@@ -32,7 +32,7 @@ class WorkerMetrics {
   }
   void SetBusy(std::uint32_t held) { busy_.Set(static_cast<double>(held)); }
   // http://HOST:PORT/metrics as bound.
-  const std::string& url() const { return served_.url; }
+  const std::string& url() const { return served_.url(); }
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;

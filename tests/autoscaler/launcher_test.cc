@@ -114,5 +114,70 @@ TEST(CommandLauncherTest, DetachedStartIsStoppedWithTheStopCommand) {
   }));
 }
 
+TEST(ChildEnvironmentTest, DropsEveryFleetVariableAndKeepsTheRestInOrder) {
+  const char* env[] = {"PATH=/usr/bin", "FLEET_METRICS=127.0.0.1:9751", "HOME=/root",
+                       "FLEET_CURVE_KEY=/k", "FLEETX=kept", "LANG=C.UTF-8", "FLEET_=x",
+                       nullptr};
+  EXPECT_EQ(ChildEnvironment(env),
+            (std::vector<std::string>{"PATH=/usr/bin", "HOME=/root", "FLEETX=kept",
+                                      "LANG=C.UTF-8"}));
+  EXPECT_TRUE(ChildEnvironment(nullptr).empty());
+}
+
+// Sets FLEET_* variables in this (the autoscaler's) process for one test.
+class FleetVariables {
+ public:
+  FleetVariables() {
+    setenv("FLEET_METRICS", "127.0.0.1:48770", 1);
+    setenv("FLEET_LOG_LEVEL", "debug", 1);
+    setenv("FLEET_CURVE_KEY", "/keys/control.key", 1);
+  }
+  ~FleetVariables() {
+    unsetenv("FLEET_METRICS");
+    unsetenv("FLEET_LOG_LEVEL");
+    unsetenv("FLEET_CURVE_KEY");
+  }
+};
+
+// The environment a started process saw, as `env` printed it.
+void ExpectNoFleetVariables(const std::string& env_dump) {
+  EXPECT_NE(env_dump.find("PATH="), std::string::npos) << env_dump;
+  EXPECT_EQ(env_dump.find("FLEET_"), std::string::npos) << env_dump;
+}
+
+TEST(ProcessLauncherTest, WorkerGetsNoneOfTheAutoscalersFleetVariables) {
+  FleetVariables vars;
+  TempDir dir;
+  std::string path = dir.File("env-worker.sh");
+  std::ofstream(path) << "#!/bin/sh\nenv > " << dir.File("env.tmp") << "\nmv "
+                      << dir.File("env.tmp") << " " << dir.File("env") << "\nexec sleep 60\n";
+  chmod(path.c_str(), 0755);
+  ProcessLauncher l(path, "");
+  std::string error;
+  ASSERT_TRUE(l.Start("w-env", std::chrono::steady_clock::now(), &error)) << error;
+  ASSERT_TRUE(WaitFor([&] { return !fleet::testing::ReadFile(dir.File("env")).empty(); }));
+  ExpectNoFleetVariables(fleet::testing::ReadFile(dir.File("env")));
+  l.StopAll(milliseconds(2000));
+}
+
+TEST(CommandLauncherTest, StartAndStopCommandsGetNoneOfTheAutoscalersFleetVariables) {
+  FleetVariables vars;
+  TempDir dir;
+  CommandLauncher l("env > " + dir.File("start.tmp") + " && mv " + dir.File("start.tmp") + " " +
+                        dir.File("start"),
+                    "env > " + dir.File("stop.tmp") + " && mv " + dir.File("stop.tmp") + " " +
+                        dir.File("stop"));
+  std::string error;
+  ASSERT_TRUE(l.Start("w-env", std::chrono::steady_clock::now(), &error)) << error;
+  ASSERT_TRUE(WaitFor([&] { return !fleet::testing::ReadFile(dir.File("start")).empty(); }));
+  ExpectNoFleetVariables(fleet::testing::ReadFile(dir.File("start")));
+  l.Stop("w-env", milliseconds(0), std::chrono::steady_clock::now());
+  ASSERT_TRUE(WaitFor([&] {
+    l.Poll(std::chrono::steady_clock::now());
+    return !fleet::testing::ReadFile(dir.File("stop")).empty();
+  }));
+  ExpectNoFleetVariables(fleet::testing::ReadFile(dir.File("stop")));
+}
+
 }  // namespace
 }  // namespace fleet::autoscaler

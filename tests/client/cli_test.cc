@@ -165,6 +165,34 @@ TEST(CtlCliTest, StatsAsJson) {
   EXPECT_EQ(j["values"]["inflight"], 2);
 }
 
+// Regression: `fleet-ctl workers --json` exited 2; the program's flags
+// are taken before or after the subcommand.
+TEST(CtlCliTest, ProgramFlagsWorkAfterTheSubcommandToo) {
+  zmq::context_t context(1);
+  ThreadedRouter broker(context, ControlBroker);
+  TempDir dir;
+  const std::vector<std::vector<std::string>> forms = {
+      {"--control", broker.endpoint(), "--json", "workers"},
+      {"--control", broker.endpoint(), "workers", "--json"},
+      {"workers", "--json", "--control", broker.endpoint(), "--timeout-ms", "5000"},
+      {"--json", "workers", "--control", broker.endpoint()}};
+  int n = 0;
+  for (const auto& form : forms) {
+    std::vector<std::string> argv{Bin("fleet-ctl")};
+    argv.insert(argv.end(), form.begin(), form.end());
+    Process ctl(argv, dir.File("log" + std::to_string(++n)));
+    ASSERT_EQ(ctl.Wait(seconds(30)), 0) << ctl.ReadLog();
+    auto j = nlohmann::json::parse(ctl.ReadLog());
+    ASSERT_EQ(j["workers"].size(), 1u) << ctl.ReadLog();
+    EXPECT_EQ(j["workers"][0]["id"], "w1");
+  }
+  Process retire({Bin("fleet-ctl"), "retire", "w1", "--if-idle", "--json", "--control",
+                  broker.endpoint()},
+                 dir.File("retire"));
+  ASSERT_EQ(retire.Wait(seconds(30)), 1) << retire.ReadLog();
+  EXPECT_NE(retire.ReadLog().find("\"code\":\"busy\""), std::string::npos) << retire.ReadLog();
+}
+
 TEST(CtlCliTest, RefusedRetireExitsOne) {
   zmq::context_t context(1);
   ThreadedRouter broker(context, ControlBroker);

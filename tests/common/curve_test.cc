@@ -23,8 +23,8 @@ TEST(CurveTest, SelfCheckCatchesAServerThatLetsEveryKeyIn) {
   router.set(zmq::sockopt::curve_secretkey, server.secret_key);
   std::string endpoint = BindSocket(router, "tcp://127.0.0.1:*");
   std::string detail;
-  EXPECT_FALSE(VerifyUnknownKeyRefused(context, endpoint, server.public_key, milliseconds(5000),
-                                       &detail));
+  EXPECT_FALSE(VerifyUnknownKeyRefused(context, endpoint, server.public_key, GenerateKeyPair(),
+                                       milliseconds(5000), &detail));
   EXPECT_THAT(detail, ::testing::HasSubstr("unknown key completed the handshake"));
 }
 
@@ -38,8 +38,8 @@ TEST(CurveTest, SelfCheckPassesWithTheHandlerAndListedKeysGetIn) {
   ApplyCurveServer(router, server, "workers");
   std::string endpoint = BindSocket(router, "tcp://*:0");
   std::string detail;
-  EXPECT_TRUE(VerifyUnknownKeyRefused(context, endpoint, server.public_key, milliseconds(5000),
-                                      &detail))
+  EXPECT_TRUE(VerifyUnknownKeyRefused(context, endpoint, server.public_key, GenerateKeyPair(),
+                                      milliseconds(5000), &detail))
       << detail;
   EXPECT_EQ(zap.refused(), 1u);
 
@@ -57,6 +57,38 @@ TEST(CurveTest, SelfCheckPassesWithTheHandlerAndListedKeysGetIn) {
   EXPECT_EQ(frames[1].to_string(), "hello");
   EXPECT_EQ(frames[1].gets("User-Id"), std::string("workers"));
   EXPECT_EQ(zap.accepted(), 1u);
+}
+
+// The broker's own self-check is refused as it must be, but is not counted
+// (nor logged as a warning) as a refused client.
+TEST(CurveTest, SelfCheckProbeKeyIsRefusedButNotCountedAsARefusal) {
+  zmq::context_t context(1);
+  CurveKeyPair server = GenerateKeyPair();
+  CurveKeyPair probe = GenerateKeyPair();
+  ZapHandler zap(context, {{"workers", {GenerateKeyPair().public_key}}}, probe.public_key);
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  ApplyCurveServer(router, server, "workers");
+  std::string endpoint = BindSocket(router, "tcp://127.0.0.1:*");
+  std::string detail;
+  EXPECT_TRUE(VerifyUnknownKeyRefused(context, endpoint, server.public_key, probe,
+                                      milliseconds(5000), &detail))
+      << detail;
+  EXPECT_EQ(zap.refused(), 0u);
+  // Any other unlisted key still counts.
+  EXPECT_TRUE(VerifyUnknownKeyRefused(context, endpoint, server.public_key, GenerateKeyPair(),
+                                      milliseconds(5000), &detail))
+      << detail;
+  EXPECT_EQ(zap.refused(), 1u);
+}
+
+TEST(CurveTest, Z85KeysRoundTrip) {
+  CurveKeyPair k = GenerateKeyPair();
+  char binary[32];
+  ASSERT_NE(zmq_z85_decode(reinterpret_cast<std::uint8_t*>(binary), k.public_key.c_str()),
+            nullptr);
+  EXPECT_EQ(EncodeZ85Key(std::string(binary, 32)), k.public_key);
+  EXPECT_EQ(EncodeZ85Key("short"), "");
 }
 
 TEST(CurveTest, KeyFilesAreCheckedLineByLine) {

@@ -73,7 +73,7 @@ class ServedMetricsTest : public ::testing::Test {
     http::HttpOptions options;
     options.username = user;
     options.password = password;
-    std::string url = served_.url.substr(0, served_.url.rfind("/metrics")) + path;
+    std::string url = served_.url().substr(0, served_.url().rfind("/metrics")) + path;
     http::HttpResponse r = http_.Get(url, std::chrono::milliseconds(5000), options);
     EXPECT_EQ(r.error, "") << url;
     if (body != nullptr) *body = r.body;
@@ -108,6 +108,27 @@ TEST_F(ServedMetricsTest, EveryPathButMetricsIs404WithOrWithoutAuth) {
     }
     EXPECT_EQ(Status("/metrics", "prom", "s3cret"), 200) << "auth " << with_auth;
   }
+}
+
+// A restarted program binds the same --metrics port the moment the old one
+// is gone, even right after a scrape (whose connection the server closed).
+TEST_F(ServedMetricsTest, StoppedPageFreesItsPortForARestartAtOnce) {
+  Serve(std::nullopt);
+  ASSERT_TRUE(served_.serving());
+  EXPECT_EQ(Status("/metrics"), 200);
+  const std::string url = served_.url();
+  const std::string address = url.substr(7, url.rfind("/metrics") - 7);  // after http://
+  for (int round = 0; round < 3; ++round) {
+    served_.Stop();
+    EXPECT_FALSE(served_.serving());
+    served_ = ServeMetrics(address, registry_);
+    EXPECT_EQ(served_.url(), url);
+    EXPECT_EQ(Status("/metrics"), 200) << "round " << round;
+  }
+  // A moved-from server no longer owns the page; the new owner serves it.
+  MetricsServer moved = std::move(served_);
+  EXPECT_FALSE(served_.serving());
+  EXPECT_TRUE(moved.serving());
 }
 
 TEST(MetricsServerTest, LoadMetricsFlagsChecksTheAddressAndNeedsMetricsForAuth) {

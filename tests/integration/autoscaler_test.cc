@@ -30,6 +30,20 @@ double PageValue(const std::string& page, const std::string& series) {
   return std::atof(page.c_str() + at + series.size() + 2);
 }
 
+// A free TCP port on 127.0.0.1 (for a program that cannot report the port
+// it bound, like Prometheus).
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
 class AutoscalerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -42,9 +56,11 @@ class AutoscalerTest : public ::testing::Test {
               ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-";
   }
 
-  // `overrides`: flag, value pairs replacing the defaults below.
+  // `overrides`: flag, value pairs replacing the defaults below (an empty
+  // value drops the flag); `env`: "K=V" added to its environment.
   std::unique_ptr<Process> StartAutoscaler(
-      const std::string& log, const std::map<std::string, std::string>& overrides = {}) {
+      const std::string& log, const std::map<std::string, std::string>& overrides = {},
+      std::vector<std::string> env = {}) {
     std::map<std::string, std::string> flags{
         {"--control", c_.control()},
         {"--metrics-source", c_.metrics()},
@@ -60,8 +76,10 @@ class AutoscalerTest : public ::testing::Test {
         {"--metrics", "127.0.0.1:0"}};
     for (const auto& [k, v] : overrides) flags[k] = v;
     std::vector<std::string> argv{Bin("fleet-autoscaler")};
-    for (const auto& [k, v] : flags) argv.insert(argv.end(), {k, v});
-    return std::make_unique<Process>(argv, c_.dir().File(log));
+    for (const auto& [k, v] : flags) {
+      if (!v.empty()) argv.insert(argv.end(), {k, v});
+    }
+    return std::make_unique<Process>(argv, c_.dir().File(log), std::move(env));
   }
 
   virtual std::vector<std::string> ExtraBrokerFlags() { return {}; }
@@ -185,6 +203,85 @@ TEST_F(AutoscalerTest, KilledAndRestartedItNeitherDoublesThePoolNorLeavesOrphans
       << ReadFile(c_.dir().File("autoscaler-2.log"));
 }
 
+// The FLEET_* variables of the autoscaler's environment are its own
+// settings: a worker it starts must not read them as its flags. Each of
+// these, inherited, would stop every worker: FLEET_METRICS (the
+// autoscaler's port, taken), FLEET_HANDLER and FLEET_CONCURRENCY (invalid).
+TEST_F(AutoscalerTest, ItsOwnFleetVariablesNeverReachTheWorkersItStarts) {
+  const std::string metrics = "127.0.0.1:" + std::to_string(FreePort());
+  auto scaler = StartAutoscaler(
+      "autoscaler.log", {{"--metrics", ""}, {"--target-per-worker", "1"}},
+      {"FLEET_METRICS=" + metrics, "FLEET_LOG_LEVEL=debug", "FLEET_HANDLER=no-such-handler",
+       "FLEET_CONCURRENCY=0"});
+  Process submit({Bin("fleet-submit"), "--broker", c_.frontend(), "--count", "40", "--payload",
+                  "100", "--inflight", "40", "--timeout-seconds", "90"},
+                 c_.dir().File("submit.log"));
+  // While they run: no worker's environment holds a FLEET_ variable.
+  std::vector<pid_t> pids;
+  ASSERT_TRUE(WaitFor([&] {
+    pids = WorkerPids(prefix_);
+    return !pids.empty();
+  }, seconds(30))) << ReadFile(c_.dir().File("autoscaler.log"));
+  for (pid_t pid : pids) {
+    std::string environ = ReadFile("/proc/" + std::to_string(pid) + "/environ");
+    if (environ.empty()) continue;  // exited meanwhile
+    EXPECT_EQ(environ.find("FLEET_"), std::string::npos) << "worker pid " << pid;
+    EXPECT_NE(environ.find("PATH="), std::string::npos) << "worker pid " << pid;
+  }
+  auto code = submit.Wait(seconds(120));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0) << submit.ReadLog() << ReadFile(c_.dir().File("autoscaler.log"));
+  EXPECT_NE(submit.ReadLog().find("submitted=40 ok=40 failed=0 lost=0"), std::string::npos)
+      << submit.ReadLog();
+  const std::string log = ReadFile(c_.dir().File("autoscaler.log"));
+  EXPECT_EQ(log.find("cannot serve metrics"), std::string::npos) << log;
+  EXPECT_EQ(log.find("(status 2)"), std::string::npos) << log;
+  // The autoscaler itself did take its settings from them.
+  const std::string page = HttpGet("http://" + metrics + "/metrics");
+  EXPECT_GE(PageValue(page, "fleet_autoscaler_workers_launched_total"), 1) << page;
+  EXPECT_EQ(PageValue(page, "fleet_autoscaler_start_failures_total"), 0) << page;
+  EXPECT_NE(log.find("debug"), std::string::npos) << log;
+  scaler->Signal(SIGTERM);
+  ASSERT_TRUE(scaler->Wait(seconds(30)).has_value());
+}
+
+// Regression: after kill -9 of the autoscaler, each worker got the
+// parent-death SIGTERM two or more times within milliseconds (once per
+// thread of the dying autoscaler) and took the second as "exit now",
+// leaving its batch to be requeued. Each must drain: its batch finishes on
+// it, and it says BYE and exits.
+TEST_F(AutoscalerTest, KilledAutoscalersWorkersFinishTheirBatchesAndExit) {
+  auto scaler = StartAutoscaler("autoscaler.log", {{"--target-per-worker", "1"}});
+  Process submit({Bin("fleet-submit"), "--broker", c_.frontend(), "--count", "2", "--payload",
+                  "2000", "--inflight", "2", "--timeout-seconds", "90"},
+                 c_.dir().File("submit.log"));
+  ASSERT_TRUE(WaitFor([&] {
+    int holding = 0;
+    for (const auto& w : c_.Workers()) holding += w.value("held", 0) == 1;
+    return holding == 2;
+  }, seconds(30))) << ReadFile(c_.dir().File("autoscaler.log"));
+  scaler->Signal(SIGKILL);
+  ASSERT_TRUE(scaler->Wait(seconds(10)).has_value());
+  auto code = submit.Wait(seconds(60));
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 0) << submit.ReadLog();
+  EXPECT_NE(submit.ReadLog().find("submitted=2 ok=2 failed=0 lost=0"), std::string::npos)
+      << submit.ReadLog();
+  EXPECT_EQ(c_.StatValue("requeued"), 0);
+  EXPECT_TRUE(WaitFor([&] { return CountWorkers(prefix_) == 0; }, seconds(20)));
+  // The workers' stderr is the autoscaler's log file.
+  const std::string log = ReadFile(c_.dir().File("autoscaler.log"));
+  EXPECT_EQ(log.find("second stop signal"), std::string::npos) << log;
+  std::size_t drained = 0;
+  for (auto at = log.find("drained after 1 batches"); at != std::string::npos;
+       at = log.find("drained after 1 batches", at + 1)) {
+    ++drained;
+  }
+  EXPECT_EQ(drained, 2u) << log;
+  EXPECT_TRUE(WaitFor([&] { return c_.Workers().empty(); })) << c_.Workers().dump();
+  EXPECT_EQ(c_.StatValue("workers_dead"), 0);
+}
+
 TEST_F(AutoscalerTest, BurstArrivingWhileWorkersRetireTakesThemBackInsteadOfColdStarting) {
   auto scaler = StartAutoscaler("autoscaler.log", {{"--idle-seconds", "1"},
                                                    {"--cooldown-seconds", "0"},
@@ -277,20 +374,6 @@ TEST_F(AutoscalerTest, CrashingWorkerBackoffPreventsALaunchStorm) {
       << page;
   scaler->Signal(SIGTERM);
   ASSERT_TRUE(scaler->Wait(seconds(30)).has_value());
-}
-
-// A free TCP port on 127.0.0.1 (for a program that cannot report the port
-// it bound, like Prometheus).
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
 }
 
 std::unique_ptr<Process> AutoscalerTest::StartPrometheus(const std::string& scrape_extra,

@@ -5,15 +5,24 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <fstream>
 
 #include "tests/support/cluster.h"
+#include "tests/support/http_get.h"
 #include "tests/support/wait.h"
 
 namespace fleet::testing {
 namespace {
 
 using std::chrono::seconds;
+
+// The Z85 key of a .pub file ("public = KEY").
+std::string ReadKeyLine(const std::string& path) {
+  const std::string text = ReadFile(path);
+  const auto at = text.find("public = ");
+  return at == std::string::npos ? "" : text.substr(at + 9, 40);
+}
 
 class CurveTest : public ::testing::Test {
  protected:
@@ -97,9 +106,13 @@ TEST_F(CurveTest, ListedKeysWorkInTheirRoleAndNoOtherKeyGetsAnythingThrough) {
   }
   // Control with the producer's key cannot even list workers, let alone
   // retire one.
-  RunResult retire = c.Ctl({"--curve-server-key", dir_.File("broker.pub"), "--curve-key",
-                            dir_.File("producer.key"), "--timeout-ms", "1500", "retire", "good"});
-  EXPECT_NE(retire.exit_code, 0) << retire.output;
+  // (Not through c.Ctl, which would add the control key's flags too.)
+  RunResult retire = fleet::testing::Run(
+      {Bin("fleet-ctl"), "--control", c.control(), "--curve-server-key", dir_.File("broker.pub"),
+       "--curve-key", dir_.File("producer.key"), "--timeout-ms", "1500", "retire", "good"},
+      seconds(20), dir_.File("retire.log"));
+  EXPECT_EQ(retire.exit_code, 2) << retire.output;
+  EXPECT_THAT(retire.output, ::testing::HasSubstr("no answer")) << retire.output;
 
   EXPECT_TRUE(Listed(c, "good"));
   EXPECT_FALSE(Listed(c, "wrong-role"));
@@ -109,6 +122,51 @@ TEST_F(CurveTest, ListedKeysWorkInTheirRoleAndNoOtherKeyGetsAnythingThrough) {
   EXPECT_THAT(c.BrokerLog(), ::testing::HasSubstr("refused a CURVE client on the producers"));
   EXPECT_THAT(c.BrokerLog(), ::testing::HasSubstr("refused a CURVE client on the workers"));
   EXPECT_THAT(c.BrokerLog(), ::testing::HasSubstr("refused a CURVE client on the control"));
+}
+
+// Regression: the start-up self-check logged three "refused a CURVE
+// client" warnings that looked like an attack, while a producer without
+// keys (or with the wrong server key) was refused with no line at all.
+TEST_F(CurveTest, EveryRefusedClientIsLoggedAndCountedButTheSelfCheckIsNot) {
+  Cluster c;
+  c.StartBroker(BrokerFlags());
+  EXPECT_THAT(c.BrokerLog(), ::testing::HasSubstr("an unknown key was refused on every endpoint"));
+  EXPECT_THAT(c.BrokerLog(), ::testing::Not(::testing::HasSubstr("refused a")));
+  const std::string series = "fleet_curve_refused_total{endpoint=\"producers\",reason=\"";
+  auto count = [&](const std::string& reason) {
+    const std::string page = HttpGet(c.metrics());
+    const auto at = page.find(series + reason + "\"} ");
+    return at == std::string::npos ? -1.0
+                                   : std::atof(page.c_str() + at + series.size() + reason.size() + 3);
+  };
+  EXPECT_TRUE(WaitFor([&] { return count("key") == 0; })) << HttpGet(c.metrics());
+
+  // Plain TCP (seen as a mechanism mismatch, or as a hang-up during the
+  // handshake when the client noticed the mismatch first), a wrong server
+  // key (the stranger's .pub), an unlisted key.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{}, "producers endpoint (tcp://127.0.0.1:"},
+      {{"--curve-server-key", dir_.File("stranger.pub"), "--curve-key", dir_.File("producer.key")},
+       "did not decrypt"},
+      {As("stranger"), "is not on the endpoint's allowlist"}};
+  for (const auto& [flags, says] : cases) {
+    std::vector<std::string> args = flags;
+    args.insert(args.end(), {"--count", "1", "--timeout-seconds", "1"});
+    Cluster::Submitted bad = c.Submit(args, seconds(30));
+    EXPECT_NE(bad.run.exit_code, 0) << bad.run.output;
+    EXPECT_TRUE(WaitFor([&] { return c.BrokerLog().find(says) != std::string::npos; }))
+        << says << "\n" << c.BrokerLog();
+  }
+  const std::string log = c.BrokerLog();
+  EXPECT_TRUE(log.find("does not speak CURVE") != std::string::npos ||
+              log.find("typically a client that does not speak CURVE") != std::string::npos)
+      << log;
+  EXPECT_THAT(log, ::testing::HasSubstr("from 127.0.0.1: its key " +
+                                        ReadKeyLine(dir_.File("stranger.pub"))));
+  EXPECT_TRUE(WaitFor([&] {
+    return count("mechanism") + count("other") >= 1 && count("cryptographic") >= 1 &&
+           count("key") >= 1;
+  })) << HttpGet(c.metrics());
 }
 
 TEST_F(CurveTest, BrokerRefusesHalfAConfigurationOrABadKeyFile) {

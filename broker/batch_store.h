@@ -40,6 +40,9 @@ struct Batch {
   Name owner;   // routing id of the producer that gets the result
   Name worker;  // worker id while running, "" while queued
   std::uint32_t attempts = 0;  // dispatches so far
+  // While running: its index in its worker's Worker::held, kept by the
+  // broker core, so a result finds and releases it without a search.
+  std::uint32_t held_index = 0;
   BatchState state = BatchState::kQueued;
   TimePoint enqueued_at;
   TimePoint dispatched_at;

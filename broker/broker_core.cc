@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "broker/journal_records.h"
 #include "common/codec.h"
 
 namespace fleet::broker {
@@ -87,7 +88,8 @@ void BrokerCore::Reject(std::string_view identity, std::string_view id,
 }
 
 void BrokerCore::OnBadInput(Socket socket, std::string_view identity,
-                            ErrorCode code, std::string_view detail) {
+                            ErrorCode code, std::string_view detail,
+                            std::optional<std::uint64_t> request_id) {
   ++counters_.malformed;
   ++counters_.malformed_by_code[std::min<std::size_t>(static_cast<std::size_t>(code), 15)];
   // The first few are worth a warning; a flood must not flood the log.
@@ -95,6 +97,12 @@ void BrokerCore::OnBadInput(Socket socket, std::string_view identity,
     spdlog::warn("rejected message on {} from peer {}: {} ({}); {} so far",
                  SocketName(socket), Hex(identity), detail,
                  proto::ErrorCodeName(code), counters_.malformed);
+  }
+  // A control client matches answers by request id: one it can match must
+  // carry it, or a late ERROR could pass for the answer to a later call.
+  if (socket == Socket::kControl && request_id) {
+    Reply(identity, *request_id, code, std::string(detail));
+    return;
   }
   Send(socket, identity, proto::Error{code, detail});
 }
@@ -235,21 +243,50 @@ void BrokerCore::OnHello(std::string_view identity, const proto::Hello& m,
   }
   if (w == nullptr) {
     if (Worker* old = workers_.Find(m.worker_id)) {
-      // Same id on a new connection: a reconnect (or a restart). What the
-      // old connection held goes back; if it still runs them, their late
-      // results are accepted while the batches have no result.
-      spdlog::warn("worker {} registered again from a new connection; requeueing the {} "
+      // The id is registered on another connection. The same process
+      // reconnecting (same incarnation), or an old connection that has
+      // missed its heartbeats (its process is gone: a quick restart), is
+      // replaced. A live one keeps its registration, its batches and its
+      // credit, and the newcomer is refused: two processes must not share
+      // an id. The old connection is sent a HEARTBEAT at once: if it is
+      // gone, that send fails, the loop drops it, and the newcomer's next
+      // HELLO gets in.
+      const bool same_run = !m.incarnation.empty() && m.incarnation == old->incarnation;
+      const Duration silent = now - old->last_seen;
+      if (!same_run && silent <= kDuplicateSilence * options_.heartbeat) {
+        ++counters_.duplicate_worker_refusals;
+        spdlog::warn("refused a HELLO for worker {} from a new connection: the id is "
+                     "registered on a live connection (heard from {} ms ago); give every "
+                     "worker its own --id",
+                     m.worker_id, std::chrono::duration_cast<Millis>(silent).count());
+        Send(Socket::kBackend, identity,
+             proto::Error{ErrorCode::kDuplicateWorker,
+                          "worker id " + std::string(m.worker_id) +
+                              " is registered on another live connection; not registered"});
+        SendToWorker(*old, proto::Heartbeat{}, now);
+        return;
+      }
+      spdlog::warn("worker {} registered again from a new connection ({}); requeueing the {} "
                    "batches of the old one",
-                   m.worker_id, old->held.size());
-      DropWorker(*old, "it reconnected", now);
+                   m.worker_id,
+                   same_run ? "the same process reconnected"
+                            : "the old connection was silent for " +
+                                  std::to_string(
+                                      std::chrono::duration_cast<Millis>(silent).count()) +
+                                  " ms",
+                   old->held.size());
+      DropWorker(*old, same_run ? "it reconnected" : "a new process took over its id", now);
     }
     w = &workers_.Add(m.worker_id, identity, now);
     ++counters_.workers_registered;
-    spdlog::info("worker {} registered (concurrency {}, credit {}, queues {})", m.worker_id,
-                 m.concurrency, m.credit,
-                 JoinOr(m.queues, "all"));
+    spdlog::info("worker {} registered (slots {}, prefetch {}, credit {}, queues {})",
+                 m.worker_id, std::min(m.slots == 0 ? m.concurrency : m.slots, m.concurrency),
+                 m.concurrency - std::min(m.slots == 0 ? m.concurrency : m.slots, m.concurrency),
+                 m.credit, JoinOr(m.queues, "all"));
   }
   w->concurrency = m.concurrency;
+  w->slots = std::min(m.slots == 0 ? m.concurrency : m.slots, m.concurrency);
+  w->incarnation.assign(m.incarnation);
   w->queues.assign(m.queues.begin(), m.queues.end());
   std::uint32_t room = m.concurrency > w->held.size()
                            ? m.concurrency - static_cast<std::uint32_t>(w->held.size())
@@ -278,7 +315,10 @@ void BrokerCore::OnDone(std::string_view identity, const proto::Done& m, TimePoi
   std::uint64_t room = w->concurrency > w->held.size() ? w->concurrency - w->held.size() : 0;
   w->credit = static_cast<std::uint32_t>(std::min<std::uint64_t>(
       static_cast<std::uint64_t>(w->credit) + m.credit, room));
-  workers_.MarkReady(*w);
+  // A worker that just reported results is the most recently busy one: the
+  // dispatch rule tries it first (broker/dispatch_rule.cc).
+  workers_.MarkReady(*w, m.results.empty() ? WorkerRegistry::Recency::kKeep
+                                           : WorkerRegistry::Recency::kJustBusy);
 }
 
 void BrokerCore::OnDrain(std::string_view identity, TimePoint now) {
@@ -302,10 +342,16 @@ void BrokerCore::OnBye(std::string_view identity, TimePoint now) {
 }
 
 void BrokerCore::Release(Worker& w, BatchSeq seq, TimePoint now) {
-  auto it = std::find(w.held.begin(), w.held.end(), seq);
-  if (it == w.held.end()) return;
-  *it = w.held.back();
+  // Batch::held_index says where `seq` is in w.held; the last entry moves
+  // into its place (and its batch learns its new index).
+  const Batch* b = batches_.Get(seq);
+  const std::uint32_t i = b != nullptr ? b->held_index : 0;
+  if (b == nullptr || i >= w.held.size() || w.held[i] != seq) return;
+  w.held[i] = w.held.back();
   w.held.pop_back();
+  if (i < w.held.size()) {
+    if (Batch* moved = batches_.Get(w.held[i])) moved->held_index = i;
+  }
   if (w.held.empty()) {
     w.idle_since = now;
     StopIfDrained(w, now);
@@ -377,75 +423,42 @@ void BrokerCore::FinishFailed(BatchSeq seq, std::string error, TimePoint now) {
   batches_.Erase(seq);
 }
 
-// ---- journal ----
-// Records: kAccepted = u32 id length | id | u32 queue length | queue | payload;
-// kFinished = id; kDispatched = u32 attempts | id (the attempt count, so a
-// restart does not give a batch a fresh set of attempts).
-
-namespace {
-
-constexpr std::uint8_t kAccepted = 1;
-constexpr std::uint8_t kFinished = 2;
-constexpr std::uint8_t kDispatched = 3;
-
-void PutField(std::string& out, std::string_view s) {
-  PutLe32(out, static_cast<std::uint32_t>(s.size()));
-  out.append(s);
-}
-
-bool TakeField(std::string_view& in, std::string_view* field) {
-  if (in.size() < 4) return false;
-  const std::uint32_t n = ReadLe32(in.data());
-  if (in.size() - 4 < n) return false;
-  *field = in.substr(4, n);
-  in.remove_prefix(4 + n);
-  return true;
-}
-
-}  // namespace
+// ---- journal (record format: broker/journal_records.h) ----
 
 void BrokerCore::JournalAccepted(const Batch& b, Journal& journal) const {
-  std::string& body = journal_scratch_;
-  body.clear();
-  PutField(body, b.id);
-  PutField(body, b.queue);
-  body.append(b.payload);
-  journal.Append(kAccepted, body);
+  records::EncodeAccepted(&journal_scratch_, b.id, b.queue, b.payload);
+  journal.Append(records::kAccepted, journal_scratch_);
 }
 
 void BrokerCore::JournalDispatched(const Batch& b, Journal& journal) const {
   // Not synced on its own either: a lost one only leaves the count lower.
-  std::string& body = journal_scratch_;
-  body.clear();
-  PutLe32(body, b.attempts);
-  body.append(b.id);
-  journal.Append(kDispatched, body, /*must_sync=*/false);
+  records::EncodeDispatched(&journal_scratch_, b.attempts, b.id);
+  journal.Append(records::kDispatched, journal_scratch_, /*must_sync=*/false);
 }
 
 void BrokerCore::JournalFinished(std::string_view id) {
   // Not synced on its own: lost in a crash, the batch only runs again.
-  if (journal_ != nullptr) journal_->Append(kFinished, id, /*must_sync=*/false);
+  if (journal_ != nullptr) journal_->Append(records::kFinished, id, /*must_sync=*/false);
 }
 
 void BrokerCore::Restore(std::uint8_t type, std::string_view body, TimePoint now) {
-  if (type == kAccepted) {
-    std::string_view id, queue;
-    if (!TakeField(body, &id) || !TakeField(body, &queue) || id.empty()) {
-      throw JournalError("journal: unreadable accepted-batch record");
-    }
+  if (type == records::kAccepted) {
+    const auto a = records::DecodeAccepted(body);
+    if (!a) throw JournalError("journal: unreadable accepted-batch record");
     // A batch can appear twice (a compaction cut short by a crash): once
     // is enough. Its producer is unknown until it re-sends or fetches.
-    if (!batches_.FindId(id)) {
-      batches_.Add(id, queue.empty() ? std::string_view("default") : queue, body, "", now);
+    if (!batches_.FindId(a->id)) {
+      batches_.Add(a->id, a->queue.empty() ? std::string_view("default") : a->queue, a->payload,
+                   "", now);
     }
-  } else if (type == kFinished) {
+  } else if (type == records::kFinished) {
     if (auto seq = batches_.FindId(body)) batches_.Erase(*seq);
-  } else if (type == kDispatched) {
-    if (body.size() < 5) throw JournalError("journal: unreadable dispatched-batch record");
-    const std::uint32_t attempts = ReadLe32(body.data());
-    if (auto seq = batches_.FindId(body.substr(4))) {
+  } else if (type == records::kDispatched) {
+    const auto d = records::DecodeDispatched(body);
+    if (!d) throw JournalError("journal: unreadable dispatched-batch record");
+    if (auto seq = batches_.FindId(d->id)) {
       Batch* b = batches_.Get(*seq);
-      b->attempts = std::max(b->attempts, attempts);
+      b->attempts = std::max(b->attempts, d->attempts);
     }
   } else {
     throw JournalError("journal: unknown record type " + std::to_string(type));
@@ -483,6 +496,7 @@ std::size_t BrokerCore::FinishRestore(TimePoint now) {
   return exhausted.size();
 }
 
+
 void BrokerCore::Requeue(BatchSeq seq, std::string_view why, TimePoint now) {
   Batch* b = batches_.Get(seq);
   if (b == nullptr || b->state != BatchState::kRunning) return;
@@ -511,57 +525,49 @@ void BrokerCore::DropWorker(Worker& w, std::string_view why, TimePoint now) {
   for (BatchSeq seq : held) Requeue(seq, why, now);
 }
 
-void BrokerCore::OnDispatchFailed(std::string_view worker_id, TimePoint now) {
+void BrokerCore::OnUndeliverable(Socket socket, std::string_view identity, TimePoint now) {
+  Worker* w = socket == Socket::kBackend ? workers_.FindByIdentity(identity) : nullptr;
+  if (w == nullptr) {
+    ++counters_.undeliverable;
+    return;
+  }
+  // Its connection is gone (a send fails at once when libzmq has seen the
+  // peer leave): as dead as one that stopped heartbeating, found sooner.
+  // The loop sends these frames before any dispatch, so none of this
+  // turn's batches for it has left yet.
+  ++counters_.workers_dead;
+  spdlog::warn("worker {}: its connection is gone (a message to it could not be sent): "
+               "declared dead, {} batches requeued",
+               w->id, w->held.size() - w->outgoing.size());
+  Unreachable(*w, 0, "its connection is gone", now);
+}
+
+void BrokerCore::OnDispatchFailed(std::string_view worker_id, std::size_t sent,
+                                  TimePoint now) {
   Worker* w = workers_.Find(worker_id);
   if (w == nullptr) return;
   ++counters_.undeliverable;
   spdlog::warn("could not send to worker {} (gone, or not reading): dropping it", w->id);
-  // The unsent batches never reached it: back to the front, no attempt used.
-  for (BatchSeq seq : w->outgoing) {
+  Unreachable(*w, sent, "became unreachable", now);
+}
+
+void BrokerCore::Unreachable(Worker& w, std::size_t sent, std::string_view why,
+                             TimePoint now) {
+  // The first `sent` batches of w.outgoing left in messages that were
+  // queued for the worker and may have reached it: they keep their attempt
+  // (the dead-letter limit counts on it) and are requeued with the rest of
+  // what it holds. The unsent ones never left: back to the front of their
+  // queue with their attempt given back.
+  for (std::size_t k = sent; k < w.outgoing.size(); ++k) {
+    const BatchSeq seq = w.outgoing[k];
     if (Batch* b = batches_.Get(seq)) {
       if (b->attempts > 0) --b->attempts;
-      auto it = std::find(w->held.begin(), w->held.end(), seq);
-      if (it != w->held.end()) w->held.erase(it);
+      Release(w, seq, now);
       batches_.Requeue(seq);
     }
   }
-  w->outgoing.clear();
-  DropWorker(*w, "became unreachable", now);
-}
-
-bool BrokerCore::CanDispatch() const { return batches_.queued() > 0; }
-
-void BrokerCore::Pump(TimePoint now) {
-  if (batches_.queued() == 0) return;
-  if (!demand_waiters_.empty()) AnswerDemand();
-  std::vector<std::string> no_work;  // ready workers whose queues are empty
-  while (batches_.queued() > 0) {
-    std::optional<std::string> id = workers_.NextReady();
-    if (!id) break;
-    Worker* w = workers_.Find(*id);
-    if (w->credit == 0 || w->retiring) continue;
-    std::optional<BatchSeq> seq = batches_.Pop(w->queues);
-    if (!seq) {
-      no_work.push_back(std::move(*id));
-      continue;
-    }
-    Batch* b = batches_.Get(*seq);
-    if (w->retiring) ++counters_.dispatched_to_retiring;  // never, by the check above
-    wait_seconds_.Observe(SecondsBetween(b->enqueued_at, now));
-    ++b->attempts;
-    if (journal_ != nullptr) JournalDispatched(*b, *journal_);
-    batches_.SetWorker(*seq, w->id);
-    b->dispatched_at = now;
-    --w->credit;
-    w->held.push_back(*seq);
-    if (w->outgoing.empty()) outbox_.dispatch_workers.push_back(w->id);
-    w->outgoing.push_back(*seq);
-    w->last_sent = now;
-    workers_.MarkReady(*w);  // back of the round robin while it has credit
-  }
-  for (const auto& id : no_work) {
-    if (Worker* w = workers_.Find(id)) workers_.MarkReady(*w);
-  }
+  w.outgoing.clear();
+  DropWorker(w, why, now);
 }
 
 void BrokerCore::Tick(TimePoint now) {
@@ -595,191 +601,5 @@ void BrokerCore::Tick(TimePoint now) {
 }
 
 void BrokerCore::AfterFlush(TimePoint now) { results_.Trim(now); }
-
-// ---- control ----
-
-void BrokerCore::OnControl(std::string_view identity, const proto::Control& m,
-                           TimePoint now) {
-  if (m.op == "workers" && m.args.empty()) return ReplyWorkers(identity, m.request_id, now);
-  if (m.op == "stats" && m.args.empty()) return ReplyStats(identity, m.request_id);
-  if (m.op == "retire") return OnRetire(identity, m, /*if_idle=*/false, now);
-  if (m.op == "retire-if-idle") return OnRetire(identity, m, /*if_idle=*/true, now);
-  if (m.op == "unretire") return OnUnretire(identity, m);
-  if (m.op == "wait-demand") return OnWaitDemand(identity, m, now);
-  Reply(identity, m.request_id, ErrorCode::kInvalidArgument,
-        "unknown operation '" + std::string(m.op) +
-            "' or wrong arguments (workers, stats, retire ID, retire-if-idle ID, unretire ID, "
-            "wait-demand MS)");
-}
-
-void BrokerCore::OnWaitDemand(std::string_view identity, const proto::Control& m,
-                              TimePoint now) {
-  // One waiting request per peer and a few dozen in all: the autoscalers of
-  // a deployment, not a flood of held replies.
-  constexpr std::size_t kMaxDemandWaiters = 64;
-  constexpr std::uint64_t kMaxWaitMs = 600'000;
-  std::uint64_t ms = 0;
-  bool valid = m.args.size() == 1 && !m.args[0].empty() && m.args[0].size() <= 7;
-  for (char c : valid ? m.args[0] : std::string_view()) {
-    if (c < '0' || c > '9') {
-      valid = false;
-      break;
-    }
-    ms = ms * 10 + static_cast<std::uint64_t>(c - '0');
-  }
-  if (!valid || ms == 0 || ms > kMaxWaitMs) {
-    return Reply(identity, m.request_id, ErrorCode::kInvalidArgument,
-                 "wait-demand takes the longest wait in milliseconds, 1 to 600000");
-  }
-  if (batches_.queued() > 0) {
-    return Reply(identity, m.request_id, ErrorCode::kOk,
-                 "demand queued=" + std::to_string(batches_.queued()));
-  }
-  const TimePoint deadline = now + Millis(ms);
-  for (DemandWaiter& d : demand_waiters_) {
-    if (d.identity == identity) {  // asked again: the newer request replaces it
-      d.request_id = m.request_id;
-      d.deadline = deadline;
-      return;
-    }
-  }
-  if (demand_waiters_.size() >= kMaxDemandWaiters) {
-    return Reply(identity, m.request_id, ErrorCode::kTooLarge,
-                 "more than " + std::to_string(kMaxDemandWaiters) +
-                     " wait-demand requests pending");
-  }
-  demand_waiters_.push_back({std::string(identity), m.request_id, deadline});
-}
-
-void BrokerCore::AnswerDemand() {
-  const std::string message = "demand queued=" + std::to_string(batches_.queued());
-  for (const DemandWaiter& d : demand_waiters_) {
-    Reply(d.identity, d.request_id, ErrorCode::kOk, message);
-  }
-  demand_waiters_.clear();
-}
-
-void BrokerCore::OnRetire(std::string_view identity, const proto::Control& m,
-                          bool if_idle, TimePoint now) {
-  if (m.args.size() != 1) {
-    return Reply(identity, m.request_id, ErrorCode::kInvalidArgument,
-                 std::string(m.op) + " takes one worker id");
-  }
-  Worker* w = workers_.Find(m.args[0]);
-  if (w == nullptr) {
-    return Reply(identity, m.request_id, ErrorCode::kUnknownWorker,
-                 "no worker " + std::string(m.args[0]));
-  }
-  if (w->retiring) {
-    return Reply(identity, m.request_id, ErrorCode::kOk,
-                 "worker " + w->id + " is already retiring");
-  }
-  // The check and the state change are one step of the loop: no batch can
-  // be dispatched to the worker between them.
-  if (if_idle && !w->held.empty()) {
-    ++counters_.retire_refused;
-    return Reply(identity, m.request_id, ErrorCode::kBusy,
-                 "worker " + w->id + " holds " + std::to_string(w->held.size()) +
-                     " batches; not retired");
-  }
-  w->retiring = true;
-  w->retired_at = now;
-  w->credit = 0;
-  blacklist_.Add(w->id, now);
-  ++counters_.workers_retired;
-  spdlog::info("worker {} retiring ({}; holds {} batches): blacklisted for {} s", w->id,
-               if_idle ? "retire-if-idle" : "retire", w->held.size(),
-               std::chrono::duration_cast<std::chrono::seconds>(blacklist_.ttl()).count());
-  std::size_t held = w->held.size();
-  StopIfDrained(*w, now);
-  Reply(identity, m.request_id, ErrorCode::kOk,
-        "worker " + w->id + " retiring; " +
-            (held == 0 ? (w->stop_sent ? std::string("told to stop")
-                                       : "stops in " +
-                                             std::to_string(std::chrono::duration_cast<Millis>(
-                                                                options_.retire_linger)
-                                                                .count()) +
-                                             " ms unless taken back")
-                       : "stops after its " + std::to_string(held) + " batches"));
-}
-
-void BrokerCore::OnUnretire(std::string_view identity, const proto::Control& m) {
-  if (m.args.size() != 1) {
-    return Reply(identity, m.request_id, ErrorCode::kInvalidArgument,
-                 "unretire takes one worker id");
-  }
-  Worker* w = workers_.Find(m.args[0]);
-  if (w == nullptr) {
-    return Reply(identity, m.request_id, ErrorCode::kUnknownWorker,
-                 "no worker " + std::string(m.args[0]) + " connected");
-  }
-  if (!w->retiring) {
-    return Reply(identity, m.request_id, ErrorCode::kNotRetiring,
-                 "worker " + w->id + " is not retiring");
-  }
-  if (w->self_drain || w->stop_sent) {
-    return Reply(identity, m.request_id, ErrorCode::kNotRetiring,
-                 "worker " + w->id + " is already stopping");
-  }
-  w->retiring = false;
-  blacklist_.Remove(w->id);
-  spdlog::info("worker {} unretired: takes work again", w->id);
-  // Its credit was zeroed at retirement: give back every free slot.
-  std::uint32_t room = w->concurrency > w->held.size()
-                           ? w->concurrency - static_cast<std::uint32_t>(w->held.size())
-                           : 0;
-  w->credit = room;
-  workers_.MarkReady(*w);
-  Reply(identity, m.request_id, ErrorCode::kOk, "worker " + w->id + " unretired");
-}
-
-void BrokerCore::ReplyWorkers(std::string_view identity, std::uint64_t request_id,
-                              TimePoint now) {
-  proto::WorkersReply reply;
-  reply.request_id = request_id;
-  std::vector<std::string> ids = workers_.Ids();
-  for (const auto& id : ids) {
-    Worker* w = workers_.Find(id);
-    reply.workers.push_back({w->id, WorkerStateName(w->state()), w->concurrency,
-                             static_cast<std::uint32_t>(w->held.size()), w->IdleSeconds(now),
-                             w->processed, w->failed});
-  }
-  Send(Socket::kControl, identity, reply);
-}
-
-void BrokerCore::ReplyStats(std::string_view identity, std::uint64_t request_id) {
-  proto::StatsReply reply;
-  reply.request_id = request_id;
-  auto depths = batches_.Depths();
-  for (const auto& [name, depth] : depths) reply.queues.emplace_back(name, depth);
-  auto by_state = workers_.CountByState();
-  const Counters& c = counters_;
-  reply.values = {
-      {"queued", static_cast<double>(batches_.queued())},
-      {"inflight", static_cast<double>(batches_.running())},
-      {"workers_idle", static_cast<double>(by_state[0])},
-      {"workers_busy", static_cast<double>(by_state[1])},
-      {"workers_retiring", static_cast<double>(by_state[2])},
-      {"blacklisted", static_cast<double>(blacklist_.size())},
-      {"submitted", static_cast<double>(c.submitted)},
-      {"completed_ok", static_cast<double>(c.completed_ok)},
-      {"completed_failed", static_cast<double>(c.completed_failed)},
-      {"dead_lettered", static_cast<double>(c.dead_lettered)},
-      {"requeued", static_cast<double>(c.requeued)},
-      {"duplicates", static_cast<double>(c.duplicates)},
-      {"resubmitted", static_cast<double>(c.resubmitted)},
-      {"rejected", static_cast<double>(c.rejected_queue_full + c.rejected_too_large +
-                                       c.rejected_invalid)},
-      {"rejected_queue_full", static_cast<double>(c.rejected_queue_full)},
-      {"malformed", static_cast<double>(c.malformed)},
-      {"undeliverable", static_cast<double>(c.undeliverable)},
-      {"workers_dead", static_cast<double>(c.workers_dead)},
-      {"workers_retired", static_cast<double>(c.workers_retired)},
-      {"retire_refused", static_cast<double>(c.retire_refused)},
-      {"blacklist_refusals", static_cast<double>(c.blacklist_refusals)},
-      {"results_retained", static_cast<double>(results_.size())},
-  };
-  Send(Socket::kControl, identity, reply);
-}
 
 }  // namespace fleet::broker

@@ -17,6 +17,7 @@
 #include <spdlog/spdlog.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,17 +76,26 @@ struct Outbox {
 
 class BrokerCore {
  public:
+  // A HELLO for an id registered on another connection replaces that
+  // registration once the old connection has been silent this many
+  // heartbeat intervals (a live worker is heard from every interval).
+  static constexpr int kDuplicateSilence = 2;
+
   explicit BrokerCore(const BrokerOptions& options);
 
   // A decoded message from `identity` on `socket`.
   void OnMessage(Socket socket, std::string_view identity,
                  const proto::Message& message, TimePoint now);
   // A frame that did not decode (or had the wrong frame count): counted and
-  // answered with ERROR.
+  // answered with ERROR; on the control socket, with a CONTROL_REPLY
+  // carrying the code when the frame's request id could be read.
   void OnBadInput(Socket socket, std::string_view identity,
-                  proto::ErrorCode code, std::string_view detail);
+                  proto::ErrorCode code, std::string_view detail,
+                  std::optional<std::uint64_t> request_id = std::nullopt);
 
-  // Hands queued batches to workers with credit, within their credit.
+  // Hands queued batches to workers with credit, within their credit, by
+  // the dispatch rule (broker/dispatch_rule.cc: most recently busy worker
+  // with a free slot first, prefetch credit last and spread).
   void Pump(TimePoint now);
   // Periodic housekeeping: heartbeats to workers, dead workers (their
   // batches requeued), blacklist.
@@ -95,12 +105,18 @@ class BrokerCore {
   // pointers are not valid after this).
   void AfterFlush(TimePoint now);
 
-  // The loop could not send the dispatch in Worker::outgoing of `worker_id`
-  // (peer gone or its queue full): those batches go back undamaged and the
-  // worker is dropped (it will re-register if it is alive).
-  void OnDispatchFailed(std::string_view worker_id, TimePoint now);
-  // A message to a producer or control peer could not be sent.
-  void OnUndeliverable() { ++counters_.undeliverable; }
+  // The loop could not send all of the dispatch in Worker::outgoing of
+  // `worker_id` (peer gone or its queue full): the first `sent` batches
+  // went out in messages that may have reached the worker and keep their
+  // attempt; the rest go back to their queue with theirs given back. The
+  // worker is dropped (it will re-register if it is alive) and everything
+  // it held is requeued.
+  void OnDispatchFailed(std::string_view worker_id, std::size_t sent, TimePoint now);
+  // A message to `identity` on `socket` could not be sent (the peer is gone,
+  // or its queue is full). Counted as undeliverable; a worker it was for is
+  // declared dead (counted as such) and what it held requeued (it
+  // registers again if it is alive).
+  void OnUndeliverable(Socket socket, std::string_view identity, TimePoint now);
 
   // Durable mode: every accepted batch and every finished one is appended
   // to `journal` (the loop commits it before it flushes the Outbox, so no
@@ -126,6 +142,7 @@ class BrokerCore {
   BatchStore& mutable_batches() { return batches_; }
   const ResultStore& results() const { return results_; }
   WorkerRegistry& workers() { return workers_; }
+  const WorkerRegistry& worker_registry() const { return workers_; }
   const Blacklist& blacklist() const { return blacklist_; }
   // Queue wait (accepted -> dispatched) and processing (dispatched -> first
   // result) since the metrics exporter last drained them.
@@ -150,6 +167,8 @@ class BrokerCore {
   void ReplyWorkers(std::string_view identity, std::uint64_t request_id, TimePoint now);
   void ReplyStats(std::string_view identity, std::uint64_t request_id);
 
+  // Gives queued batch `seq` (popped) to `w`, spending one credit.
+  void Assign(Worker& w, BatchSeq seq, TimePoint now);
   // Records the first result of a batch and routes it to its producer.
   void Complete(const proto::DoneItem& item, Worker* reporter, TimePoint now);
   // Removes `seq` from the worker holding it and handles "now idle".
@@ -157,6 +176,8 @@ class BrokerCore {
   // Puts a batch whose worker went away back in its queue, or dead-letters
   // it after max_attempts.
   void Requeue(BatchSeq seq, std::string_view why, TimePoint now);
+  // Drops a worker a message could not reach (see OnDispatchFailed).
+  void Unreachable(Worker& w, std::size_t sent, std::string_view why, TimePoint now);
   // Requeues everything `w` holds and forgets it.
   void DropWorker(Worker& w, std::string_view why, TimePoint now);
   void FinishFailed(BatchSeq seq, std::string error, TimePoint now);

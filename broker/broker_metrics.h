@@ -1,6 +1,7 @@
 // BrokerMetrics: the broker's Prometheus metrics (names in DESIGN.md),
 // registered once and refreshed from BrokerCore by the loop on its
-// housekeeping tick. The exposer's threads only read prometheus-cpp's
+// housekeeping tick. The numbers fleet-ctl stats shows too come from
+// broker/stats_table.h, so both report the same set. The exposer's threads only read prometheus-cpp's
 // atomics; they never touch broker state.
 //
 // Not thread-safe apart from that: the loop is the only writer.
@@ -61,47 +62,31 @@ class BrokerMetrics {
     std::uint64_t last = 0;
   };
 
+  // One series per StatsTable() entry that has a metric name, in table
+  // order (null for entries without one).
+  struct TableSeries {
+    prometheus::Counter* counter = nullptr;
+    prometheus::Gauge* gauge = nullptr;
+    std::uint64_t last = 0;  // counters: the value already added
+  };
+
   prometheus::Registry& registry_;
   std::unique_ptr<JournalSeries> journal_;
   std::vector<CurveSeries> curve_;  // endpoint-major, CurveMonitor::kReasonCount each
+  std::vector<TableSeries> table_;
   prometheus::Family<prometheus::Gauge>& queue_depth_;
-  prometheus::Gauge& inflight_;
-  prometheus::Gauge& held_bytes_;
-  prometheus::Family<prometheus::Gauge>& workers_;
-  prometheus::Gauge* workers_by_state_[3];
   prometheus::Family<prometheus::Gauge>& worker_idle_;
   prometheus::Family<prometheus::Gauge>& worker_held_;
   prometheus::Family<prometheus::Gauge>& worker_retiring_;
-  prometheus::Gauge& blacklisted_;
-  prometheus::Gauge& results_retained_;
   prometheus::Gauge& updated_;
-  prometheus::Counter& submitted_;
-  prometheus::Family<prometheus::Counter>& completed_;
-  prometheus::Counter& completed_ok_;
-  prometheus::Counter& completed_failed_;
-  prometheus::Counter& requeued_;
-  prometheus::Counter& dead_lettered_;
-  prometheus::Counter& duplicates_;
-  prometheus::Counter& resubmitted_;
-  prometheus::Family<prometheus::Counter>& rejected_;
-  prometheus::Counter& rejected_queue_full_;
-  prometheus::Counter& rejected_too_large_;
-  prometheus::Counter& rejected_invalid_;
   prometheus::Family<prometheus::Counter>& bad_messages_;
   prometheus::Counter* bad_by_code_[16] = {};
-  prometheus::Counter& undeliverable_;
-  prometheus::Counter& workers_registered_;
-  prometheus::Counter& workers_dead_;
-  prometheus::Counter& workers_retired_;
-  prometheus::Counter& retire_refused_;
-  prometheus::Counter& blacklist_refusals_;
-  prometheus::Counter& dispatched_to_retiring_;
+  std::uint64_t last_bad_by_code_[16] = {};
   prometheus::Histogram& wait_seconds_;
   prometheus::Histogram& processing_seconds_;
 
   StringMap<prometheus::Gauge*> queue_series_;
   StringMap<WorkerSeries> worker_series_;
-  Counters last_;
 };
 
 }  // namespace fleet::broker

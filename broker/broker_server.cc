@@ -253,7 +253,7 @@ void BrokerServer::Drain(zmq::socket_t& socket, Socket which, TimePoint now) {
     }
     proto::Decoded d = proto::Decode(frames_[1].data(), frames_[1].size(), limits_);
     if (!d.ok()) {
-      core_.OnBadInput(which, identity, d.error, d.detail);
+      core_.OnBadInput(which, identity, d.error, d.detail, d.request_id);
       continue;
     }
     // `d.message` borrows from frames_[1], which lives until the next recv.
@@ -275,7 +275,9 @@ void BrokerServer::Flush(TimePoint now) {
 
   // Frames first: a WELCOME must reach a worker before its first DISPATCH.
   for (const Outbox::Frame& f : out.frames) {
-    if (!SendRouted(SocketFor(f.socket), f.identity, f.body)) core_.OnUndeliverable();
+    if (!SendRouted(SocketFor(f.socket), f.identity, f.body)) {
+      core_.OnUndeliverable(f.socket, f.identity, now);
+    }
   }
 
   // Then dispatches: workers idle until they get them.
@@ -289,6 +291,7 @@ void BrokerServer::Flush(TimePoint now) {
       if (b != nullptr) dispatch.push_back({b->id, b->queue, b->attempts, b->payload});
     }
     bool sent = true;
+    std::size_t sent_items = 0;  // of `dispatch`, in messages libzmq took
     SendChunked(
         dispatch,
         [&](std::size_t b, std::size_t e) {
@@ -299,13 +302,19 @@ void BrokerServer::Flush(TimePoint now) {
           if (!sent) return;
           proto::EncodeTo(m, &scratch_);
           sent = SendRouted(backend_, w->identity, scratch_);
+          if (sent) sent_items += m.batches.size();
         });
     if (sent) {
       w->outgoing.clear();
     } else {
-      // Part of it may have gone; the worker is dropped and everything it
-      // held requeued, and results of what did arrive are still accepted.
-      core_.OnDispatchFailed(worker_id, now);
+      // The messages before the failed one may reach the worker: their
+      // batches keep their attempt. The worker is dropped and everything it
+      // held requeued; results of what did arrive are still accepted.
+      std::size_t k = 0;
+      for (std::size_t n = 0; k < w->outgoing.size() && n < sent_items; ++k) {
+        n += core_.batches().Get(w->outgoing[k]) != nullptr;
+      }
+      core_.OnDispatchFailed(worker_id, k, now);
     }
   }
 
@@ -320,7 +329,9 @@ void BrokerServer::Flush(TimePoint now) {
     std::size_t acks_sent = 0;
     auto send_ack = [&](const proto::Ack& m) {
       proto::EncodeTo(m, &scratch_);
-      if (!SendRouted(frontend_, identity, scratch_)) core_.OnUndeliverable();
+      if (!SendRouted(frontend_, identity, scratch_)) {
+        core_.OnUndeliverable(Socket::kFrontend, identity, now);
+      }
       ++acks_sent;
     };
     SendChunked(
@@ -349,7 +360,9 @@ void BrokerServer::Flush(TimePoint now) {
         [](const proto::ResultItem& r) { return r.result.size() + r.error.size() + r.id.size() + 16; },
         [&](const proto::Result& m) {
           proto::EncodeTo(m, &scratch_);
-          if (!SendRouted(frontend_, identity, scratch_)) core_.OnUndeliverable();
+          if (!SendRouted(frontend_, identity, scratch_)) {
+            core_.OnUndeliverable(Socket::kFrontend, identity, now);
+          }
         });
   }
 

@@ -27,6 +27,7 @@ struct Counters {
   std::uint64_t workers_retired = 0;    // retire / retire-if-idle accepted
   std::uint64_t retire_refused = 0;     // retire-if-idle on a busy worker
   std::uint64_t blacklist_refusals = 0; // HELLO from a blacklisted id
+  std::uint64_t duplicate_worker_refusals = 0;  // HELLO with a live worker's id
   std::uint64_t resets = 0;             // messages from unknown workers
 };
 

@@ -43,28 +43,31 @@ void WorkerRegistry::Remove(std::string_view id) {
   if (ident != id_by_identity_.end() && ident->second == id) {
     id_by_identity_.erase(ident);
   }
-  // Its entry in ready_, if any, is skipped by NextReady.
+  Unlist(it->second);
   by_id_.erase(it);
 }
 
-void WorkerRegistry::MarkReady(Worker& w) {
-  if (w.in_ready || w.retiring || w.credit == 0) return;
-  w.in_ready = true;
-  ready_.push_back(w.id);
+void WorkerRegistry::Unlist(Worker& w) {
+  if (!w.in_ready) return;
+  ready_.erase(w.ready_pos);
+  w.in_ready = false;
 }
 
-std::optional<std::string> WorkerRegistry::NextReady() {
-  while (!ready_.empty()) {
-    std::string id = std::move(ready_.front());
-    ready_.pop_front();
-    Worker* w = Find(id);
-    // A worker removed and re-added under the same id while listed would be
-    // listed twice; in_ready tells the live listing from the stale one.
-    if (w == nullptr || !w->in_ready) continue;
-    w->in_ready = false;
-    return id;
+void WorkerRegistry::MarkReady(Worker& w, Recency recency) {
+  if (w.retiring || w.credit == 0) {
+    Unlist(w);
+    return;
   }
-  return std::nullopt;
+  if (recency == Recency::kJustBusy) {
+    if (w.in_ready) {
+      ready_.splice(ready_.begin(), ready_, w.ready_pos);  // iterators stay valid
+    } else {
+      w.ready_pos = ready_.insert(ready_.begin(), w.id);
+    }
+  } else if (!w.in_ready) {
+    w.ready_pos = ready_.insert(ready_.end(), w.id);
+  }
+  w.in_ready = true;
 }
 
 std::array<std::size_t, 3> WorkerRegistry::CountByState() const {

@@ -79,8 +79,15 @@ std::optional<ControlResponse> ControlClient::Call(
         continue;
       }
       const proto::Message& m = *decoded.message;
-      bool is_error = std::holds_alternative<proto::Error>(m);
-      if (!is_error && ReplyId(m) != request.request_id) {
+      // Only an answer that names this call's request id is its answer. An
+      // ERROR names none (the broker sends one for a frame it could not
+      // read as far as its request id), so it can be an answer to an
+      // earlier call that timed out: never taken for this one.
+      if (ReplyId(m) != request.request_id) {
+        if (const auto* e = std::get_if<proto::Error>(&m)) {
+          spdlog::debug("ERROR from {} that names no request (dropped): {}: {}",
+                        options_.endpoint, proto::ErrorCodeName(e->code), e->message);
+        }
         ++stale_replies_;  // an answer to a call that timed out
         continue;
       }

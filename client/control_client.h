@@ -24,7 +24,7 @@
 
 namespace fleet::client {
 
-// A reply: ControlReply, WorkersReply, StatsReply or Error. `message`
+// A reply: ControlReply, WorkersReply or StatsReply. `message`
 // borrows from `frame` (heap-held so moving the reply keeps views valid).
 struct ControlResponse {
   std::unique_ptr<zmq::message_t> frame;
@@ -47,8 +47,10 @@ class ControlClient {
 
   // Sends `request` with a fresh request_id (whatever the caller set is
   // replaced) and waits up to `timeout` for the reply carrying that id.
-  // Replies to earlier calls that timed out are skipped. An ERROR (it has
-  // no request_id) is taken as the answer. Returns nullopt on timeout
+  // Replies to earlier calls that timed out are skipped, and so is every
+  // ERROR: it names no request, so it may answer an earlier call (the
+  // broker answers a CONTROL it refuses with a CONTROL_REPLY under the
+  // request's id). Returns nullopt on timeout
   // (including when no broker is connected to send to), or early when a
   // stop signal (common/signals.h) arrives during the call.
   std::optional<ControlResponse> Call(proto::Control request,

@@ -66,6 +66,12 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows) {
   }
 }
 
+// Slots a worker runs at once; an older broker does not say (0): then
+// all of its concurrency counts as slots.
+std::uint32_t SlotsOf(const proto::WorkerInfo& w) {
+  return w.slots == 0 || w.slots > w.concurrency ? w.concurrency : w.slots;
+}
+
 int PrintWorkers(const proto::WorkersReply& reply, bool json) {
   if (json) {
     Json out = Json::array();
@@ -73,6 +79,8 @@ int PrintWorkers(const proto::WorkersReply& reply, bool json) {
       out.push_back({{"id", Str(w.id)},
                      {"state", Str(w.state)},
                      {"held", w.held},
+                     {"slots", SlotsOf(w)},
+                     {"prefetch", w.concurrency - SlotsOf(w)},
                      {"concurrency", w.concurrency},
                      {"idle_seconds", w.idle_seconds},
                      {"processed", w.processed},
@@ -84,13 +92,13 @@ int PrintWorkers(const proto::WorkersReply& reply, bool json) {
     return 0;
   }
   std::vector<std::vector<std::string>> rows{
-      {"ID", "STATE", "HELD", "CONCURRENCY", "IDLE_S", "PROCESSED", "FAILED"}};
+      {"ID", "STATE", "HELD", "SLOTS", "PREFETCH", "IDLE_S", "PROCESSED", "FAILED"}};
   for (const auto& w : reply.workers) {
     char idle[32];
     std::snprintf(idle, sizeof idle, "%.1f", w.idle_seconds);
     rows.push_back({Str(w.id), Str(w.state), std::to_string(w.held),
-                    std::to_string(w.concurrency), idle,
-                    std::to_string(w.processed), std::to_string(w.failed)});
+                    std::to_string(SlotsOf(w)), std::to_string(w.concurrency - SlotsOf(w)),
+                    idle, std::to_string(w.processed), std::to_string(w.failed)});
   }
   PrintTable(rows);
   return 0;
@@ -141,9 +149,6 @@ int Refused(proto::ErrorCode code, std::string_view message, bool json) {
 int PrintReply(const std::string& op, const ControlResponse& response,
                bool json) {
   const proto::Message& m = response.message;
-  if (const auto* e = std::get_if<proto::Error>(&m)) {
-    return Refused(e->code, e->message, json);
-  }
   if (const auto* r = std::get_if<proto::ControlReply>(&m)) {
     if (r->code != proto::ErrorCode::kOk) {
       return Refused(r->code, r->message, json);

@@ -96,11 +96,13 @@ struct EncodeVisitor {
     PackStrList(p, m.ids);
   }
   void operator()(const Hello& m) {
-    PackHeader(p, Command::kHello, 4);
+    PackHeader(p, Command::kHello, 6);
     PackStr(p, m.worker_id);
     p.pack_uint32(m.concurrency);
     p.pack_uint32(m.credit);
     PackStrList(p, m.queues);
+    p.pack_uint32(m.slots);
+    PackStr(p, m.incarnation);
   }
   void operator()(const Welcome& m) {
     PackHeader(p, Command::kWelcome, 2);
@@ -159,7 +161,7 @@ struct EncodeVisitor {
     p.pack_uint64(m.request_id);
     p.pack_array(static_cast<std::uint32_t>(m.workers.size()));
     for (const auto& w : m.workers) {
-      p.pack_array(7);
+      p.pack_array(8);
       PackStr(p, w.id);
       PackStr(p, w.state);
       p.pack_uint32(w.concurrency);
@@ -167,6 +169,7 @@ struct EncodeVisitor {
       PackDouble(p, out, w.idle_seconds);
       p.pack_uint64(w.processed);
       p.pack_uint64(w.failed);
+      p.pack_uint32(w.slots);
     }
   }
   void operator()(const StatsReply& m) {
@@ -224,6 +227,18 @@ class Reader {
                                       std::to_string(pos_ + n) + " fields, got " +
                                       std::to_string(size_));
     }
+  }
+
+  // Requires between lo and hi fields from the current position; returns
+  // how many there are.
+  std::uint32_t ExpectBetween(std::uint32_t lo, std::uint32_t hi) const {
+    const std::uint32_t n = size_ - pos_;
+    if (n < lo || n > hi) {
+      Fail(ErrorCode::kMalformed, std::string(what_) + ": expected " + std::to_string(pos_ + lo) +
+                                      " to " + std::to_string(pos_ + hi) + " fields, got " +
+                                      std::to_string(size_));
+    }
+    return n;
   }
 
   const msgpack::object& Next() {
@@ -392,12 +407,15 @@ Message DecodeBody(Command command, Reader& r) {
       return Fetch{r.IdList()};
     }
     case Command::kHello: {
-      r.Expect(4);
+      // 4 fields, then optionally slots, then incarnation (spec section 5).
+      const std::uint32_t n = r.ExpectBetween(4, 6);
       Hello m;
       m.worker_id = r.Id();
       m.concurrency = r.Uint32();
       m.credit = r.Uint32();
       m.queues = r.IdList();
+      if (n >= 5) m.slots = r.Uint32();
+      if (n == 6) m.incarnation = r.Id();
       return m;
     }
     case Command::kWelcome: {
@@ -471,7 +489,7 @@ Message DecodeBody(Command command, Reader& r) {
       const auto& list = r.List();
       for (std::uint32_t i = 0; i < list.via.array.size; ++i) {
         Reader b(list.via.array.ptr[i], lim, "worker info");
-        b.Expect(7);
+        const std::uint32_t n = b.ExpectBetween(7, 8);
         WorkerInfo w;
         w.id = b.Id();
         w.state = b.Id();
@@ -480,6 +498,7 @@ Message DecodeBody(Command command, Reader& r) {
         w.idle_seconds = b.Float();
         w.processed = b.Uint();
         w.failed = b.Uint();
+        if (n == 8) w.slots = b.Uint32();
         m.workers.push_back(w);
       }
       return m;
@@ -738,6 +757,14 @@ Decoded Decode(const void* data, std::size_t size, const Limits& limits) {
       d.error = ErrorCode::kUnknownCommand;
       d.detail = "unknown command " + std::to_string(command.via.u64);
       return d;
+    }
+    // A CONTROL's request id, read before the rest is checked, so that even
+    // a CONTROL refused as a whole is answered under the id its sender waits
+    // for (and a late answer is never taken for another call's).
+    if (command.via.u64 == static_cast<std::uint64_t>(Command::kControl) &&
+        root.via.array.size >= 3 &&
+        root.via.array.ptr[2].type == msgpack::type::POSITIVE_INTEGER) {
+      d.request_id = root.via.array.ptr[2].via.u64;
     }
     Reader reader(root, limits, "message");
     reader.Next();

@@ -27,6 +27,10 @@ struct Decoded {
   std::optional<Message> message;
   ErrorCode error = ErrorCode::kOk;
   std::string detail;  // human-readable reason when message is empty
+  // For a CONTROL, its request id whenever the frame got as far as a
+  // well-formed one, even if the rest was refused: the broker answers a
+  // refused CONTROL with a CONTROL_REPLY under this id.
+  std::optional<std::uint64_t> request_id;
 
   bool ok() const { return message.has_value(); }
 };

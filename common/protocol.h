@@ -113,9 +113,12 @@ struct Fetch {
 
 struct Hello {
   std::string_view worker_id;
-  std::uint32_t concurrency = 1;  // slots in total
-  std::uint32_t credit = 1;       // slots free right now
+  std::uint32_t concurrency = 1;  // batches it may hold: slots + prefetch
+  std::uint32_t credit = 1;       // of those, free right now
   std::vector<std::string_view> queues;  // empty: every queue
+  // Optional trailing fields (a HELLO of 4 fields has neither):
+  std::uint32_t slots = 0;  // batches it runs at once (<= concurrency); 0: concurrency
+  std::string_view incarnation = {};  // one value per process run; "" when not sent
 };
 
 struct Welcome {
@@ -172,11 +175,12 @@ struct ControlReply {
 struct WorkerInfo {
   std::string_view id;
   std::string_view state;  // idle, busy, retiring
-  std::uint32_t concurrency = 0;
+  std::uint32_t concurrency = 0;  // slots + prefetch
   std::uint32_t held = 0;
   double idle_seconds = 0;  // 0 while it holds a batch
   std::uint64_t processed = 0;
   std::uint64_t failed = 0;
+  std::uint32_t slots = 0;  // optional 8th field; 0 when a 7-field entry
 };
 struct WorkersReply {
   std::uint64_t request_id = 0;

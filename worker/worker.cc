@@ -111,6 +111,9 @@ Worker::Worker(WorkerOptions options)
       credit_(static_cast<std::uint32_t>(std::max(options_.concurrency, 1) +
                                          std::max(options_.prefetch, 0))) {
   ValidateOptions(options_);
+  // One value per run of this process: the broker tells a reconnect of this
+  // process (same value) from another process using the same id.
+  incarnation_ = fmt::format("{:016x}", std::uniform_int_distribution<std::uint64_t>()(rng_));
   // Read now: once the parent dies, getppid() names whoever adopted us.
   if (const pid_t parent = getppid(); parent > 1) g_parent_pid = parent;
   handler_ = MakeHandler(options_.handler);
@@ -362,6 +365,8 @@ void Worker::Flush(TimePoint now) {
     hello.concurrency = static_cast<std::uint32_t>(options_.concurrency + options_.prefetch);
     hello.credit = Draining() ? 0 : credit_.free();
     hello.queues.assign(options_.queues.begin(), options_.queues.end());
+    hello.slots = static_cast<std::uint32_t>(options_.concurrency);
+    hello.incarnation = incarnation_;
     if (!Send(hello, now)) {
       want_out_ = true;  // not connected yet: POLLOUT tells us when
       return;

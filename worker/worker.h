@@ -139,6 +139,7 @@ class Worker {
   bool stop_from_broker_ = false;
   bool stop_from_signal_ = false;
   int reported_parent_repeats_ = 0;  // parent SIGTERMs after the first, logged
+  std::string incarnation_;          // sent in HELLO: this process run
   bool drain_sent_ = false;   // DRAIN sent on the current registration
   bool abandoned_ = false;
   std::optional<int> exit_code_;

@@ -36,10 +36,13 @@ class BrokerCoreTest : public ::testing::Test {
     }
     core_->OnMessage(Socket::kFrontend, producer, m, clock_.Now());
   }
+  // `concurrency` 0: the credit; `slots` 0: the concurrency (no prefetch).
   void Hello(const std::string& ident, const std::string& id, uint32_t credit,
-             uint32_t concurrency = 0) {
+             uint32_t concurrency = 0, uint32_t slots = 0,
+             const std::string& incarnation = "") {
     core_->OnMessage(Socket::kBackend, ident,
-                     proto::Hello{id, concurrency ? concurrency : credit, credit, {}},
+                     proto::Hello{id, concurrency ? concurrency : credit, credit, {}, slots,
+                                  incarnation},
                      clock_.Now());
   }
   void Done(const std::string& ident, const std::string& batch, uint32_t credit = 1,
@@ -133,13 +136,83 @@ TEST_F(BrokerCoreTest, NeverDispatchesMoreThanCredit) {
   EXPECT_LE(core_->workers().Find("w1")->held.size(), 2u);
 }
 
-TEST_F(BrokerCoreTest, SpreadsWorkAcrossReadyWorkers) {
-  Hello("W1", "w1", 4);
-  Hello("W2", "w2", 4);
-  Submit("P", {"a", "b", "c", "d"});
+// The dispatch rule (broker/dispatch_rule.cc): pack onto the most recently
+// busy worker with a free slot, so that under a trickle the others stay
+// idle and can be retired.
+TEST_F(BrokerCoreTest, TrickleGoesToTheMostRecentlyBusyWorkerAndTheRestStayIdle) {
+  for (const char* w : {"w1", "w2", "w3", "w4"}) Hello(std::string("W") + w[1], w, 1);
+  // w3 finishes last, so it is the most recently busy one.
+  Submit("P", {"a", "b", "c"});
+  auto first = PumpAndFlush();
+  ASSERT_EQ(first["w1"], std::vector<std::string>{"a"});
+  ASSERT_EQ(first["w2"], std::vector<std::string>{"b"});
+  ASSERT_EQ(first["w3"], std::vector<std::string>{"c"});
+  Done("W1", "a");
+  Done("W2", "b");
+  Done("W3", "c");
+  for (int i = 0; i < 20; ++i) {
+    clock_.Advance(std::chrono::milliseconds(100));
+    const std::string id = "t" + std::to_string(i);
+    Submit("P", {id});
+    auto sent = PumpAndFlush();
+    ASSERT_EQ(sent["w3"], std::vector<std::string>{id}) << "batch " << i;
+    Done("W3", id);
+  }
+  const TimePoint now = clock_.Now();
+  EXPECT_EQ(core_->workers().Find("w1")->IdleSeconds(now), 2.0);
+  EXPECT_EQ(core_->workers().Find("w2")->IdleSeconds(now), 2.0);
+  EXPECT_EQ(core_->workers().Find("w4")->IdleSeconds(now), 2.0);  // never had work
+  EXPECT_EQ(core_->workers().Find("w3")->processed, 21u);
+}
+
+TEST_F(BrokerCoreTest, SaturatedFleetFillsEverySlotAndNewWorkersComeLast) {
+  Hello("W1", "w1", 2);
+  Hello("W2", "w2", 2);
+  Hello("W3", "w3", 2);
+  Submit("P", {"a"});
+  auto one = PumpAndFlush();
+  EXPECT_EQ(one["w1"], std::vector<std::string>{"a"});  // the first listed takes it
+  Submit("P", {"b", "c", "d", "e", "f", "g"});
   auto sent = PumpAndFlush();
-  EXPECT_EQ(sent["w1"].size(), 2u);
-  EXPECT_EQ(sent["w2"].size(), 2u);
+  // w1 is filled first (its second slot), then w2, then w3; g waits.
+  EXPECT_EQ(sent["w1"], std::vector<std::string>{"b"});
+  EXPECT_EQ(sent["w2"], (std::vector<std::string>{"c", "d"}));
+  EXPECT_EQ(sent["w3"], (std::vector<std::string>{"e", "f"}));
+  EXPECT_EQ(core_->batches().queued(), 1u);
+  // A slot frees: the waiting batch takes it at once.
+  Done("W2", "c");
+  EXPECT_EQ(PumpAndFlush()["w2"], std::vector<std::string>{"g"});
+}
+
+TEST_F(BrokerCoreTest, PrefetchCreditIsSpentOnlyWhenNoSlotIsFreeAndThenEvenly) {
+  // Two workers of one slot and four prefetched batches each.
+  Hello("W1", "w1", 5, 5, 1);
+  Hello("W2", "w2", 5, 5, 1);
+  Submit("P", {"a"});
+  EXPECT_EQ(PumpAndFlush()["w1"], std::vector<std::string>{"a"});
+  Submit("P", {"b"});
+  EXPECT_EQ(PumpAndFlush()["w2"], std::vector<std::string>{"b"});  // w1's slot is busy
+  Submit("P", {"c", "d", "e", "f", "g", "h"});
+  auto sent = PumpAndFlush();
+  EXPECT_EQ(sent["w1"], (std::vector<std::string>{"c", "e", "g"}));
+  EXPECT_EQ(sent["w2"], (std::vector<std::string>{"d", "f", "h"}));
+  EXPECT_EQ(core_->workers().Find("w1")->slots, 1u);
+  EXPECT_EQ(core_->workers().Find("w1")->concurrency, 5u);
+}
+
+TEST_F(BrokerCoreTest, PackingRespectsQueuesAndNeverReachesARetiringWorker) {
+  core_->OnMessage(Socket::kBackend, "W1",
+                   proto::Hello{"w1", 2, 2, {"gpu"}, 0, ""}, clock_.Now());
+  Hello("W2", "w2", 2);
+  Hello("W3", "w3", 2);
+  ASSERT_EQ(Control("retire", {"w2"}), ErrorCode::kOk);
+  Submit("P", {"a", "b"});              // default queue: w1 does not serve it
+  Submit("P", {"g1"}, "gpu");
+  auto sent = PumpAndFlush();
+  EXPECT_EQ(sent["w1"], std::vector<std::string>{"g1"});
+  EXPECT_EQ(sent["w3"], (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(sent["w2"].empty());
+  EXPECT_EQ(core_->counters().dispatched_to_retiring, 0u);
 }
 
 TEST_F(BrokerCoreTest, WorkerSilentPastLivenessIsDeadAndItsBatchesRequeued) {
@@ -523,14 +596,118 @@ TEST_F(BrokerCoreTest, DrainingWorkerGetsNothingNewAndIsNotBlacklisted) {
   EXPECT_FALSE(core_->blacklist().Contains("w1", clock_.Now()));
 }
 
-TEST_F(BrokerCoreTest, ReconnectFromNewConnectionRequeuesWhatTheOldHeld) {
-  Hello("W1", "w1", 1);
+TEST_F(BrokerCoreTest, ReconnectOfTheSameProcessRequeuesWhatTheOldConnectionHeld) {
+  Hello("W1", "w1", 1, 0, 0, "run-1");
   Submit("P", {"a"});
   PumpAndFlush();
-  Hello("W1-new", "w1", 1);
+  Hello("W1-new", "w1", 1, 0, 0, "run-1");
   auto sent = PumpAndFlush();
   EXPECT_EQ(sent["w1"], std::vector<std::string>{"a"});
   EXPECT_EQ(core_->workers().Find("w1")->identity, "W1-new");
+  EXPECT_EQ(core_->counters().duplicate_worker_refusals, 0u);
+}
+
+TEST_F(BrokerCoreTest, SecondLiveProcessWithTheSameIdIsRefusedAndTheFirstKeepsItsWork) {
+  Hello("W1", "w1", 2, 0, 0, "run-1");
+  Submit("P", {"a"});
+  PumpAndFlush();
+  clock_.Advance(std::chrono::milliseconds(500));
+  Hello("W1-other", "w1", 2, 0, 0, "run-2");
+  PumpAndFlush();
+  EXPECT_EQ(CountFrames("W1-other", proto::Command::kError), 1u);
+  EXPECT_EQ(CountFrames("W1-other", proto::Command::kWelcome), 0u);
+  EXPECT_EQ(core_->counters().duplicate_worker_refusals, 1u);
+  const Worker* w = core_->workers().Find("w1");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->identity, "W1");
+  EXPECT_EQ(w->held.size(), 1u);
+  EXPECT_EQ(w->credit, 1u);
+  // The first connection is probed at once (a HEARTBEAT), and keeps working.
+  EXPECT_EQ(CountFrames("W1", proto::Command::kHeartbeat), 1u);
+  Submit("P", {"b"});
+  EXPECT_EQ(PumpAndFlush()["w1"], std::vector<std::string>{"b"});
+  // A HELLO without an incarnation (a 4-field HELLO) is no proof either.
+  Hello("W1-third", "w1", 2);
+  PumpAndFlush();
+  EXPECT_EQ(core_->counters().duplicate_worker_refusals, 2u);
+}
+
+// A worker restarted quickly under the same id: the old connection is dead
+// but the broker has not declared it so.
+TEST_F(BrokerCoreTest, RestartedWorkerGetsInOnceTheOldConnectionMissedItsHeartbeats) {
+  Hello("W1", "w1", 1, 0, 0, "run-1");
+  Submit("P", {"a"});
+  PumpAndFlush();
+  clock_.Advance(std::chrono::milliseconds(1500));
+  Hello("W1-new", "w1", 1, 0, 0, "run-2");
+  PumpAndFlush();
+  EXPECT_EQ(core_->workers().Find("w1")->identity, "W1");  // heard 1.5 s ago: alive
+  clock_.Advance(std::chrono::milliseconds(600));          // 2.1 s: two beats missed
+  Hello("W1-new", "w1", 1, 0, 0, "run-2");
+  auto sent = PumpAndFlush();
+  EXPECT_EQ(core_->workers().Find("w1")->identity, "W1-new");
+  EXPECT_EQ(sent["w1"], std::vector<std::string>{"a"});  // requeued, runs again
+}
+
+// Or sooner: the probe to the old connection cannot be sent (libzmq knows
+// the peer is gone), so the loop drops it and the retried HELLO gets in.
+TEST_F(BrokerCoreTest, OldConnectionWhoseProbeCannotBeSentIsDroppedAtOnce) {
+  Hello("W1", "w1", 1, 0, 0, "run-1");
+  Submit("P", {"a"});
+  PumpAndFlush();
+  Hello("W1-new", "w1", 1, 0, 0, "run-2");
+  core_->OnUndeliverable(Socket::kBackend, "W1", clock_.Now());
+  EXPECT_EQ(core_->workers().Find("w1"), nullptr);
+  EXPECT_EQ(core_->counters().workers_dead, 1u);
+  EXPECT_EQ(core_->counters().requeued, 1u);
+  PumpAndFlush();
+  Hello("W1-new", "w1", 1, 0, 0, "run-2");
+  EXPECT_EQ(PumpAndFlush()["w1"], std::vector<std::string>{"a"});
+  EXPECT_EQ(core_->batches().Get(*core_->batches().FindId("a"))->attempts, 2u);
+}
+
+// A dispatch split over several messages, the second of which could not be
+// sent: the first may have reached the worker, so its batches keep their
+// attempt; the unsent ones get theirs back.
+TEST_F(BrokerCoreTest, FailedDispatchGivesBackOnlyTheAttemptsOfBatchesNeverSent) {
+  Hello("W1", "w1", 4);
+  Submit("P", {"a", "b", "c", "d"});
+  core_->Pump(clock_.Now());
+  Worker* w = core_->workers().Find("w1");
+  ASSERT_EQ(w->outgoing.size(), 4u);
+  core_->OnDispatchFailed("w1", 2, clock_.Now());
+  EXPECT_EQ(core_->workers().Find("w1"), nullptr);
+  EXPECT_EQ(core_->batches().queued(), 4u);
+  auto attempts = [&](const char* id) {
+    return core_->batches().Get(*core_->batches().FindId(id))->attempts;
+  };
+  EXPECT_EQ(attempts("a"), 1u);
+  EXPECT_EQ(attempts("b"), 1u);
+  EXPECT_EQ(attempts("c"), 0u);
+  EXPECT_EQ(attempts("d"), 0u);
+}
+
+// A refused CONTROL that still had a readable request id is answered under
+// it, so the client matches the answer; one without gets ERROR.
+TEST_F(BrokerCoreTest, RefusedControlIsAnsweredUnderItsRequestId) {
+  core_->OnBadInput(Socket::kControl, "C", ErrorCode::kMalformed, "args: expected an array",
+                    std::uint64_t{41});
+  core_->OnBadInput(Socket::kControl, "D", ErrorCode::kMalformed, "junk");
+  bool replied = false;
+  for (const auto& f : core_->outbox().frames) {
+    auto d = proto::Decode(f.body.data(), f.body.size());
+    ASSERT_TRUE(d.ok());
+    if (f.identity == "C") {
+      const auto* r = std::get_if<proto::ControlReply>(&*d.message);
+      ASSERT_NE(r, nullptr);
+      EXPECT_EQ(r->request_id, 41u);
+      EXPECT_EQ(r->code, ErrorCode::kMalformed);
+      replied = true;
+    } else {
+      EXPECT_NE(std::get_if<proto::Error>(&*d.message), nullptr);
+    }
+  }
+  EXPECT_TRUE(replied);
 }
 
 TEST_F(BrokerCoreTest, BadInputIsCountedAndAnsweredWithError) {

@@ -121,7 +121,7 @@ std::vector<std::string> ControlBroker(const Received& r) {
   if (r.op == "workers") {
     proto::WorkersReply reply;
     reply.request_id = r.request_id;
-    reply.workers.push_back({"w1", "busy", 4, 2, 0, 17, 1});
+    reply.workers.push_back({"w1", "busy", 4, 2, 0, 17, 1, 1});
     return {proto::Encode(reply)};
   }
   if (r.op == "stats") {
@@ -147,9 +147,10 @@ TEST(CtlCliTest, PrintsWorkersTable) {
               dir.File("log"));
   ASSERT_EQ(ctl.Wait(seconds(30)), 0) << ctl.ReadLog();
   std::string log = ctl.ReadLog();
-  std::regex header(R"(ID\s+STATE\s+HELD\s+CONCURRENCY\s+IDLE_S\s+PROCESSED\s+FAILED)");
+  std::regex header(R"(ID\s+STATE\s+HELD\s+SLOTS\s+PREFETCH\s+IDLE_S\s+PROCESSED\s+FAILED)");
   EXPECT_NE(FindLine(log, header), "") << log;
-  EXPECT_NE(FindLine(log, std::regex(R"(w1\s+busy\s+2\s+4\s+0\.0\s+17\s+1)")), "") << log;
+  // 4 batches held at most: 1 slot and 3 prefetched.
+  EXPECT_NE(FindLine(log, std::regex(R"(w1\s+busy\s+2\s+1\s+3\s+0\.0\s+17\s+1)")), "") << log;
 }
 
 TEST(CtlCliTest, StatsAsJson) {

@@ -71,6 +71,35 @@ TEST(ControlClientTest, MatchesReplyByRequestId) {
   EXPECT_EQ(client.stale_replies(), 2u);
 }
 
+// Regression: an ERROR names no request, so a late one (the answer to a
+// call that timed out) was taken as the answer to the next call.
+TEST(ControlClientTest, AnErrorIsNeverTakenForTheAnswer) {
+  zmq::context_t context(1);
+  ThreadedRouter broker(context, [](const Received& r) {
+    proto::Error late{proto::ErrorCode::kMalformed, "an earlier frame was garbage"};
+    proto::ControlReply reply{r.request_id, proto::ErrorCode::kOk, "worker w1 retiring"};
+    return std::vector<std::string>{proto::Encode(late), proto::Encode(reply)};
+  });
+  ControlClient client = MakeClient(context, broker.endpoint());
+  proto::Control c;
+  c.op = "retire";
+  c.args = {"w1"};
+  auto response = client.Call(c, milliseconds(10000));
+  ASSERT_TRUE(response.has_value());
+  const auto* reply = std::get_if<proto::ControlReply>(&response->message);
+  ASSERT_NE(reply, nullptr);
+  EXPECT_EQ(reply->message, "worker w1 retiring");
+  EXPECT_EQ(client.stale_replies(), 1u);
+
+  // An ERROR alone is no answer: the call times out.
+  ThreadedRouter erring(context, [](const Received&) {
+    return std::vector<std::string>{
+        proto::Encode(proto::Error{proto::ErrorCode::kMalformed, "garbage"})};
+  });
+  ControlClient other = MakeClient(context, erring.endpoint());
+  EXPECT_FALSE(other.Call(Workers(), milliseconds(300)).has_value());
+}
+
 TEST(ControlClientTest, SendsOpAndArgs) {
   zmq::context_t context(1);
   std::mutex mu;

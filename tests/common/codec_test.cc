@@ -112,6 +112,90 @@ TEST(CodecTest, RoundTripsControlMessages) {
   EXPECT_EQ(f.ids.size(), 2u);
 }
 
+std::string Packed(const std::function<void(msgpack::packer<msgpack::sbuffer>&)>& f);
+
+TEST(CodecTest, HelloCarriesSlotsAndIncarnationAndFourFieldHellosStillDecode) {
+  std::string b1;
+  auto h = std::get<Hello>(RoundTrip(Hello{"w1", 8, 8, {}, 2, "run-7f3a"}, &b1));
+  EXPECT_EQ(h.concurrency, 8u);
+  EXPECT_EQ(h.slots, 2u);
+  EXPECT_EQ(h.incarnation, "run-7f3a");
+  // What a worker written to the first version of the spec sends.
+  for (int fields : {4, 5}) {
+    std::string old = Packed([&](auto& p) {
+      p.pack_array(2 + fields);
+      p.pack(1);
+      p.pack(10);
+      p.pack(std::string("w2"));
+      p.pack(3);
+      p.pack(3);
+      p.pack_array(0);
+      if (fields == 5) p.pack(1);
+    });
+    Decoded d = Decode(old.data(), old.size());
+    ASSERT_TRUE(d.ok()) << d.detail;
+    const auto& m = std::get<Hello>(*d.message);
+    EXPECT_EQ(m.worker_id, "w2");
+    EXPECT_EQ(m.slots, fields == 5 ? 1u : 0u);
+    EXPECT_EQ(m.incarnation, "");
+  }
+}
+
+TEST(CodecTest, WorkerInfoCarriesSlotsAndSevenFieldEntriesStillDecode) {
+  std::string b1;
+  WorkersReply wr{9, {{"w1", "busy", 64, 3, 0, 10, 1, 1}}};
+  auto w = std::get<WorkersReply>(RoundTrip(wr, &b1));
+  ASSERT_EQ(w.workers.size(), 1u);
+  EXPECT_EQ(w.workers[0].slots, 1u);
+  EXPECT_EQ(w.workers[0].concurrency, 64u);
+  std::string old = Packed([](auto& p) {
+    p.pack_array(4);
+    p.pack(1);
+    p.pack(32);
+    p.pack(9);
+    p.pack_array(1);
+    p.pack_array(7);
+    p.pack(std::string("w1"));
+    p.pack(std::string("idle"));
+    p.pack(4);
+    p.pack(0);
+    p.pack(1.5);
+    p.pack(10);
+    p.pack(1);
+  });
+  Decoded d = Decode(old.data(), old.size());
+  ASSERT_TRUE(d.ok()) << d.detail;
+  EXPECT_EQ(std::get<WorkersReply>(*d.message).workers.at(0).slots, 0u);
+}
+
+// A CONTROL refused as a whole still yields its request id, so the broker
+// can answer under it; other commands have none.
+TEST(CodecTest, RefusedControlStillGivesItsRequestId) {
+  std::string bad_op = Packed([](auto& p) {
+    p.pack_array(5);
+    p.pack(1);
+    p.pack(30);
+    p.pack(77);
+    p.pack(std::string("retire"));
+    p.pack(12);  // args must be a list
+  });
+  Decoded d = Decode(bad_op.data(), bad_op.size());
+  EXPECT_FALSE(d.ok());
+  ASSERT_TRUE(d.request_id.has_value());
+  EXPECT_EQ(*d.request_id, 77u);
+  std::string no_id = Packed([](auto& p) {
+    p.pack_array(3);
+    p.pack(1);
+    p.pack(30);
+    p.pack(std::string("x"));
+  });
+  Decoded e = Decode(no_id.data(), no_id.size());
+  EXPECT_FALSE(e.ok());
+  EXPECT_FALSE(e.request_id.has_value());
+  std::string hello = Encode(Hello{"w", 1, 1, {}});
+  EXPECT_FALSE(Decode(hello.data(), hello.size()).request_id.has_value());
+}
+
 TEST(CodecTest, CommandOfMatchesEncodedCommand) {
   std::string buf = Encode(Hello{"w", 1, 1, {}});
   Decoded d = Decode(buf.data(), buf.size());

@@ -1,0 +1,52 @@
+#include "broker/journal_records.h"
+
+#include "broker/journal.h"
+
+namespace fleet::broker::records {
+namespace {
+
+void PutField(std::string* out, std::string_view s) {
+  PutLe32(*out, static_cast<std::uint32_t>(s.size()));
+  out->append(s);
+}
+
+bool TakeField(std::string_view* in, std::string_view* field) {
+  if (in->size() < 4) return false;
+  const std::uint32_t n = ReadLe32(in->data());
+  if (in->size() - 4 < n) return false;
+  *field = in->substr(4, n);
+  in->remove_prefix(4 + n);
+  return true;
+}
+
+}  // namespace
+
+void EncodeAccepted(std::string* out, std::string_view id, std::string_view queue,
+                    std::string_view payload) {
+  out->clear();
+  PutField(out, id);
+  PutField(out, queue);
+  out->append(payload);
+}
+
+void EncodeDispatched(std::string* out, std::uint32_t attempts, std::string_view id) {
+  out->clear();
+  PutLe32(*out, attempts);
+  out->append(id);
+}
+
+std::optional<Accepted> DecodeAccepted(std::string_view body) {
+  Accepted a;
+  if (!TakeField(&body, &a.id) || !TakeField(&body, &a.queue) || a.id.empty()) {
+    return std::nullopt;
+  }
+  a.payload = body;
+  return a;
+}
+
+std::optional<Dispatched> DecodeDispatched(std::string_view body) {
+  if (body.size() < 5) return std::nullopt;
+  return Dispatched{ReadLe32(body.data()), body.substr(4)};
+}
+
+}  // namespace fleet::broker::records

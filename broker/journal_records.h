@@ -1,0 +1,50 @@
+// The journal's record format: what each record the broker appends to its
+// journal holds (broker/journal.h frames every record with its length, type
+// and checksum) and how it is read back at start.
+//
+//   kAccepted   (1)  u32 id length | id | u32 queue length | queue | payload
+//                    a batch the broker accepted (fdatasynced before the ACK)
+//   kFinished   (2)  id
+//                    the batch has its result (not synced on its own: lost
+//                    in a crash, the batch only runs again)
+//   kDispatched (3)  u32 attempts | id
+//                    the batch's attempt count after a dispatch, so a
+//                    restart does not give it a fresh set of attempts
+//
+// Integers are little-endian. A queue of "" means "default". Pure functions;
+// thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace fleet::broker::records {
+
+inline constexpr std::uint8_t kAccepted = 1;
+inline constexpr std::uint8_t kFinished = 2;
+inline constexpr std::uint8_t kDispatched = 3;
+
+struct Accepted {
+  std::string_view id;  // not empty
+  std::string_view queue;
+  std::string_view payload;
+};
+
+struct Dispatched {
+  std::uint32_t attempts = 0;
+  std::string_view id;  // not empty
+};
+
+// Replace `out` with the body of the record (capacity is reused).
+void EncodeAccepted(std::string* out, std::string_view id, std::string_view queue,
+                    std::string_view payload);
+void EncodeDispatched(std::string* out, std::uint32_t attempts, std::string_view id);
+
+// The fields of a record body (views into `body`); empty when the body is
+// too short, a length runs past its end, or the id is empty.
+std::optional<Accepted> DecodeAccepted(std::string_view body);
+std::optional<Dispatched> DecodeDispatched(std::string_view body);
+
+}  // namespace fleet::broker::records

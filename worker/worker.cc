@@ -255,11 +255,19 @@ void Worker::HandleMessage(const proto::Message& message, TimePoint now) {
     }
     stop_from_broker_ = true;
   } else if (const auto* m = std::get_if<proto::Reset>(&message)) {
-    spdlog::info("worker {}: broker reset us ({}); registering again", options_.id,
-                 m->reason);
-    state_ = State::kConnecting;
-    hello_at_ = now;
-    want_out_ = true;
+    if (state_ == State::kRegistered) {
+      spdlog::info("worker {}: broker reset us ({}); registering again", options_.id,
+                   m->reason);
+      state_ = State::kConnecting;
+      hello_at_ = now;
+      want_out_ = true;
+    } else {
+      // A HELLO is sent or due: a restarted broker answers every DONE and
+      // heartbeat it gets from an unknown connection with a RESET, and
+      // those sent before our HELLO arrive before its WELCOME. One HELLO.
+      spdlog::debug("worker {}: RESET while registering ({}); one HELLO is enough",
+                    options_.id, m->reason);
+    }
   } else if (const auto* m = std::get_if<proto::Error>(&message)) {
     if (m->code == proto::ErrorCode::kDuplicateWorker) {
       const Millis delay = NextBackoff();

@@ -121,6 +121,67 @@ TEST_F(WorkerSignalTest, SecondSigintStopsAtOnce) {
   EXPECT_EQ(*code, 1) << c_.WorkerLog("w3");
 }
 
+// A second live process with a worker's id is refused (the first keeps its
+// batch and finishes it); once the first leaves, the second gets in.
+TEST(LifecycleTest, SecondWorkerWithALiveWorkersIdIsRefusedUntilTheFirstLeaves) {
+  Cluster c;
+  c.StartBroker({"--heartbeat-ms", "250"});
+  Process& first = c.StartWorker("twin", {"--handler", "sleep"});
+  ASSERT_TRUE(WaitFor([&] { return c.Workers().size() == 1; }));
+  Process submit({Bin("fleet-submit"), "--broker", c.frontend(), "--count", "1", "--payload",
+                  "1500", "--timeout-seconds", "60"},
+                 c.dir().File("submit.log"));
+  ASSERT_TRUE(WaitFor([&] {
+    auto w = c.Workers();
+    return w.size() == 1 && w[0].value("held", 0) == 1;
+  }));
+  // The second one: refused while the first is alive.
+  Process second({Bin("fleet-worker"), "--broker", c.backend(), "--id", "twin", "--handler",
+                  "echo"},
+                 c.dir().File("second.log"));
+  ASSERT_TRUE(WaitFor([&] { return Contains(c.BrokerLog(), "refused a HELLO for worker twin"); }))
+      << c.BrokerLog();
+  EXPECT_TRUE(WaitFor([&] { return Contains(second.ReadLog(), "duplicate_worker"); }))
+      << second.ReadLog();
+  EXPECT_GE(c.StatValue("duplicate_worker_refusals"), 1);
+  ASSERT_EQ(submit.Wait(seconds(60)), 0) << submit.ReadLog();
+  EXPECT_TRUE(Contains(submit.ReadLog(), "ok=1 failed=0 lost=0")) << submit.ReadLog();
+  EXPECT_EQ(c.StatValue("requeued"), 0);  // the first kept its batch
+  // The first leaves: the second, retrying, gets in and works.
+  first.Signal(SIGTERM);
+  ASSERT_EQ(first.Wait(seconds(30)), std::optional<int>(0));
+  auto s = c.Submit({"--count", "5", "--timeout-seconds", "60"});
+  EXPECT_EQ(s.summary["ok"], "5") << s.run.output << second.ReadLog();
+}
+
+// A worker killed and restarted at once under the same id (its old
+// connection dead, not yet timed out) gets in and its batch runs again.
+TEST(LifecycleTest, WorkerRestartedAtOnceUnderItsIdGetsIn) {
+  Cluster c;
+  c.StartBroker({"--heartbeat-ms", "1000"});  // liveness 3 s: longer than the restart
+  Process& old = c.StartWorker("phoenix", {"--handler", "sleep"});
+  ASSERT_TRUE(WaitFor([&] { return c.Workers().size() == 1; }));
+  Process submit({Bin("fleet-submit"), "--broker", c.frontend(), "--count", "1", "--payload",
+                  "300", "--timeout-seconds", "60"},
+                 c.dir().File("submit.log"));
+  ASSERT_TRUE(WaitFor([&] {
+    auto w = c.Workers();
+    return w.size() == 1 && w[0].value("held", 0) == 1;
+  }));
+  old.Signal(SIGKILL);
+  ASSERT_TRUE(old.Wait(seconds(10)).has_value());
+  Process again({Bin("fleet-worker"), "--broker", c.backend(), "--id", "phoenix", "--handler",
+                 "sleep"},
+                c.dir().File("again.log"));
+  ASSERT_EQ(submit.Wait(seconds(60)), 0) << submit.ReadLog() << again.ReadLog();
+  EXPECT_TRUE(Contains(submit.ReadLog(), "ok=1 failed=0 lost=0")) << submit.ReadLog();
+  EXPECT_EQ(c.StatValue("requeued"), 1);
+  auto w = c.Workers();
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].value("id", ""), "phoenix");
+  EXPECT_EQ(w[0].value("processed", 0), 1);
+}
+
 // Every program: --help exits 0, an unknown flag or a bad value exits 2
 // with a message that names the flag.
 TEST(LifecycleTest, EveryProgramExitsTwoOnABadCommandLine) {

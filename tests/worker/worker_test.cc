@@ -153,6 +153,8 @@ TEST_F(WorkerProcessTest, PrefetchAddsHeldBatchesBeyondTheSlots) {
   ASSERT_TRUE(h);
   EXPECT_EQ(h->concurrency, 4u);
   EXPECT_EQ(h->credit, 4u);
+  EXPECT_EQ(h->slots, 1u);  // the broker packs onto slots, spreads prefetch
+  EXPECT_EQ(h->incarnation.size(), 16u);
   broker_.Send(Batches({{"p1", "a"}, {"p2", "b"}, {"p3", "c"}, {"p4", "d"}}));
   std::multiset<std::string> seen;
   std::uint32_t credit = 0;
@@ -255,7 +257,9 @@ TEST_F(WorkerProcessTest, SendsHeartbeatWhenIdle) {
 
 TEST_F(WorkerProcessTest, ResetMakesWorkerSayHelloAgain) {
   auto worker = Start({"--id", "w-reset", "--concurrency", "4"});
-  ASSERT_TRUE(broker_.Register());
+  auto first = broker_.Register();
+  ASSERT_TRUE(first);
+  const std::string incarnation(first->As<proto::Hello>()->incarnation);
   broker_.Send(proto::Reset{"unknown worker"});
   auto msg = broker_.RecvSkippingHeartbeats();
   ASSERT_TRUE(msg);
@@ -263,6 +267,26 @@ TEST_F(WorkerProcessTest, ResetMakesWorkerSayHelloAgain) {
   ASSERT_TRUE(hello);
   EXPECT_EQ(hello->worker_id, "w-reset");
   EXPECT_EQ(hello->credit, 4u);
+  // The same process: the broker replaces its old registration at once.
+  EXPECT_EQ(hello->incarnation, incarnation);
+}
+
+// A restarted broker answers every DONE and heartbeat already on its way
+// with a RESET: the worker registers once, not once per RESET.
+TEST_F(WorkerProcessTest, SeveralResetsInARowGetOneHello) {
+  auto worker = Start({"--id", "w-resets", "--handler", "echo"});
+  ASSERT_TRUE(broker_.Register());
+  broker_.Send(proto::Reset{"unknown worker: send HELLO"});
+  auto msg = broker_.RecvSkippingHeartbeats();
+  ASSERT_TRUE(msg && msg->As<proto::Hello>());
+  // The answers to what it sent before that HELLO, then the WELCOME.
+  broker_.Send(proto::Reset{"unknown worker: send HELLO"});
+  broker_.Send(proto::Reset{"unknown worker: send HELLO"});
+  broker_.Send(proto::Welcome{250, 3});
+  broker_.Send(Batches({{"after-reset", "x"}}));
+  msg = broker_.RecvSkippingHeartbeats();
+  ASSERT_TRUE(msg);
+  ASSERT_TRUE(msg->As<proto::Done>()) << "got command " << static_cast<int>(msg->command());
 }
 
 TEST_F(WorkerProcessTest, ReconnectsWhenBrokerGoesSilentAndKeepsResults) {

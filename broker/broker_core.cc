@@ -67,8 +67,9 @@ Outbox::ProducerOut& BrokerCore::Out(std::string_view identity) {
 
 void BrokerCore::Send(Socket socket, std::string_view identity,
                       const proto::Message& m) {
-  proto::EncodeTo(m, &scratch_);
-  outbox_.frames.push_back({socket, std::string(identity), scratch_});
+  // Encoded in place: the frame's body is the only copy until the send.
+  outbox_.frames.push_back({socket, std::string(identity), {}});
+  proto::EncodeTo(m, &outbox_.frames.back().body);
 }
 
 void BrokerCore::SendToWorker(Worker& w, const proto::Message& m, TimePoint now) {

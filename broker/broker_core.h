@@ -215,7 +215,6 @@ class BrokerCore {
 
   Journal* journal_ = nullptr;
   mutable std::string journal_scratch_;  // reused record buffer
-  std::string scratch_;  // reused encode buffer
   std::uint64_t bad_input_logged_ = 0;
 };
 

@@ -72,6 +72,13 @@ bool Autoscaler::ControlOp(const char* op, const std::string& id, ControlBudget&
   return false;
 }
 
+std::chrono::milliseconds Autoscaler::ControlTime() const {
+  // Half a poll: a broker that does not answer must not take the whole
+  // interval (a healthy one answers in well under a millisecond).
+  return std::min(options_.control_timeout,
+                  std::chrono::duration_cast<std::chrono::milliseconds>(options_.policy.poll) / 2);
+}
+
 TimePoint Autoscaler::Turn(TimePoint now, std::optional<double> demand) {
   if (demand) demand_ = demand;
   if (!poll_open_ && (now >= next_poll_ || demand_)) {
@@ -124,13 +131,14 @@ void Autoscaler::NoteRead(const MetricsRead& read) {
 
 void Autoscaler::Decide(TimePoint now, const MetricsRead* read, std::optional<double> demand) {
   ++decisions_;
-  ControlBudget budget{std::chrono::steady_clock::now() +
-                       std::min<std::chrono::milliseconds>(
-                           options_.control_timeout,
-                           std::chrono::duration_cast<std::chrono::milliseconds>(
-                               options_.policy.poll))};
+  ControlBudget budget{std::chrono::steady_clock::now() + ControlTime()};
   for (const Exited& e : launcher_.Poll(now)) {
-    spdlog::info("worker {} exited (status {})", e.id, e.status);
+    if (e.error.empty()) {
+      spdlog::info("worker {} exited (status {})", e.id, e.status);
+    } else {
+      spdlog::error("could not start worker {} with the {} launcher: {}", e.id, launcher_.name(),
+                    e.error);
+    }
     const PoolEntry* entry = pool_.Find(e.id);
     if (entry != nullptr && entry->state == PoolState::kStarting) metrics_.StartFailure();
     pool_.Forget(e.id, now);
@@ -148,7 +156,9 @@ void Autoscaler::Decide(TimePoint now, const MetricsRead* read, std::optional<do
     // The read is slower than a poll (within its deadline): decide without
     // it, as on a stale read.
     obs.control_queued = ControlQueued(budget);
-    if (!waiting_logged_) {
+    // After a timeout the warning said it all; the abandoned read may
+    // still be running, and no new one starts until it returns.
+    if (!waiting_logged_ && timeouts_in_a_row_ == 0) {
       spdlog::info("metrics read from {} still running after {:.0f} ms: deciding without it "
                    "(scale-down frozen) until one is in",
                    source_.Describe(), SecondsBetween(reader_.started(), now) * 1000);
@@ -238,9 +248,7 @@ void Autoscaler::Decide(TimePoint now, const MetricsRead* read, std::optional<do
   if (budget.skipped > 0) {
     spdlog::warn("{} control calls not made: this poll's {} ms for them were spent (the broker "
                  "answers slowly or not at all); the next poll decides again",
-                 budget.skipped,
-                 std::min<long>(options_.control_timeout.count(),
-                                std::chrono::duration_cast<Millis>(options_.policy.poll).count()));
+                 budget.skipped, ControlTime().count());
   }
 
   LogDecision(d, obs);

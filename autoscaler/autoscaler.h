@@ -12,7 +12,8 @@
 // launcher's engine calls run on its own thread). The control calls to the
 // broker are the one synchronous exchange left, and every one is bounded:
 // each by control_timeout, all of one decision together by
-// min(control_timeout, poll).
+// min(control_timeout, poll / 2), so the loop is free half of every poll
+// even when the broker does not answer.
 //
 // Owns its PoolTracker, Policy and MetricsReader; borrows the launcher, the
 // metrics source (used by the reader's thread only), the control client and
@@ -44,7 +45,7 @@ struct AutoscalerOptions {
   // SIGKILL after as long again). Must exceed the longest batch. 0..1 h.
   Duration grace = Seconds(30);
   // Each control call (stats, retire, unretire) waits at most this, and the
-  // control calls of one decision together at most min(this, poll): calls
+  // control calls of one decision together at most min(this, poll / 2): calls
   // left when that is spent wait for the next poll. Real time (a call
   // blocks the loop). 10 ms .. 10 s.
   std::chrono::milliseconds control_timeout{2000};
@@ -90,6 +91,8 @@ class Autoscaler {
 
  private:
   // What is left of one decision's time for control calls (real time).
+  // The control time of a decision: min(control_timeout, poll / 2).
+  std::chrono::milliseconds ControlTime() const;
   struct ControlBudget {
     std::chrono::steady_clock::time_point deadline;
     int skipped = 0;  // calls not made: no time left

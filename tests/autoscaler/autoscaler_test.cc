@@ -20,6 +20,7 @@
 #include "tests/client/fake_router.h"
 #include "tests/support/http_get.h"
 #include "tests/support/process.h"
+#include "tests/support/wait.h"
 
 namespace fleet::autoscaler {
 namespace {
@@ -125,10 +126,14 @@ TEST(AutoscalerLoopTest, HeldStartsAndASilentMetricsSourceStopNeitherDecisionsNo
       clock.Advance(std::max<Duration>(due - clock.Now(), Millis(1)));
     }
 
-    // Still outstanding: the first create (held), the only read (held).
-    EXPECT_EQ(engine.Matching("POST /v1.41/containers/create").size(), 1u);
+    // Both slow calls went out (the threads that make them run on their
+    // own schedule, hence the bounded wait) and are still unanswered: the
+    // first create (held; the second waits behind it), the only read.
+    ASSERT_TRUE(fleet::testing::WaitFor([&] {
+      return engine.Matching("POST /v1.41/containers/create").size() == 1 &&
+             source.started() == 1;
+    }));
     EXPECT_EQ(engine.Answered("POST /v1.41/containers/create"), 0);
-    EXPECT_EQ(source.started(), 1);
     EXPECT_EQ(source.answered(), 0);
 
     // Meanwhile: a decision every poll, on the page too.

@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "common/zmq_util.h"
 
@@ -17,10 +19,25 @@ Autoscaler::Autoscaler(AutoscalerOptions options, std::string run_tag, Launcher&
       launcher_(launcher),
       source_(source),
       control_(control),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      reader_(source, options.metrics_timeout) {}
 
-std::optional<double> Autoscaler::ControlQueued() {
-  auto r = control_.Call(proto::Control{0, "stats", {}}, options_.control_timeout);
+namespace {
+
+std::chrono::milliseconds Left(std::chrono::steady_clock::time_point deadline) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                               std::chrono::steady_clock::now());
+}
+
+}  // namespace
+
+std::optional<double> Autoscaler::ControlQueued(ControlBudget& budget) {
+  const auto left = std::min(options_.control_timeout, Left(budget.deadline));
+  if (left.count() <= 0) {
+    ++budget.skipped;
+    return std::nullopt;
+  }
+  auto r = control_.Call(proto::Control{0, "stats", {}}, left);
   if (!r) return std::nullopt;
   auto* stats = std::get_if<proto::StatsReply>(&r->message);
   if (stats == nullptr) return std::nullopt;
@@ -30,9 +47,16 @@ std::optional<double> Autoscaler::ControlQueued() {
   return std::nullopt;
 }
 
-bool Autoscaler::ControlOp(const char* op, const std::string& id, std::string* message,
-                           bool* answered) {
-  auto r = control_.Call(proto::Control{0, op, {id}}, options_.control_timeout);
+bool Autoscaler::ControlOp(const char* op, const std::string& id, ControlBudget& budget,
+                           std::string* message, bool* answered) {
+  const auto left = std::min(options_.control_timeout, Left(budget.deadline));
+  if (left.count() <= 0) {
+    ++budget.skipped;
+    *answered = false;
+    *message = "not sent: this poll's time for control calls is spent";
+    return false;
+  }
+  auto r = control_.Call(proto::Control{0, op, {id}}, left);
   *answered = r.has_value();
   if (!r) {
     *message = "no answer from the broker";
@@ -48,9 +72,73 @@ bool Autoscaler::ControlOp(const char* op, const std::string& id, std::string* m
   return false;
 }
 
-void Autoscaler::Step(TimePoint now, std::optional<double> demand) {
+std::chrono::milliseconds Autoscaler::ControlTime() const {
+  // Half a poll: a broker that does not answer must not take the whole
+  // interval (a healthy one answers in well under a millisecond).
+  return std::min(options_.control_timeout,
+                  std::chrono::duration_cast<std::chrono::milliseconds>(options_.policy.poll) / 2);
+}
+
+TimePoint Autoscaler::Turn(TimePoint now, std::optional<double> demand) {
+  if (demand) demand_ = demand;
+  if (!poll_open_ && (now >= next_poll_ || demand_)) {
+    poll_open_ = true;
+    poll_woken_ = demand_.has_value() && now < next_poll_;
+    if (poll_woken_) spdlog::debug("woken by the broker: {:g} batches queued", *demand_);
+    next_poll_ = now + options_.policy.poll;
+    // Wait for this poll's read at most a poll (a slow read must not stop
+    // the decisions) and at most the read's deadline.
+    decide_by_ = now + std::min<Duration>(options_.metrics_timeout, options_.policy.poll);
+    // A read still running (slower than a poll, within its deadline) is
+    // this poll's read; otherwise a new one starts, and whatever finished
+    // before it is older than what it will bring.
+    if (reader_.Start(now)) latest_.reset();
+  }
+  if (std::optional<MetricsRead> read = reader_.Take(now)) {
+    NoteRead(*read);
+    latest_ = std::move(read);
+  }
+  if (poll_open_ && (latest_ || now >= decide_by_)) {
+    poll_open_ = false;
+    last_woken_ = poll_woken_;
+    std::optional<MetricsRead> read;
+    read.swap(latest_);
+    Decide(now, read ? &*read : nullptr, std::exchange(demand_, std::nullopt));
+  }
+  const TimePoint due = poll_open_ ? decide_by_ : next_poll_;
+  return std::min(due, reader_.deadline());
+}
+
+void Autoscaler::NoteRead(const MetricsRead& read) {
+  if (read.obs.fresh) {
+    if (timeouts_in_a_row_ > 0) {
+      spdlog::info("metrics from {} answer in time again (after {} timed-out reads)",
+                   source_.Describe(), timeouts_in_a_row_);
+    }
+    timeouts_in_a_row_ = 0;
+    return;
+  }
+  metrics_.SourceError();
+  if (!read.timed_out) return;
+  metrics_.SourceTimeout();
+  // One line per outage; the counter has every one.
+  if (timeouts_in_a_row_++ == 0) {
+    spdlog::warn("metrics read from {} timed out: {}; it changes nothing (scale-down frozen, "
+                 "scale-up from the broker's control stats) and the loop goes on",
+                 source_.Describe(), read.error);
+  }
+}
+
+void Autoscaler::Decide(TimePoint now, const MetricsRead* read, std::optional<double> demand) {
+  ++decisions_;
+  ControlBudget budget{std::chrono::steady_clock::now() + ControlTime()};
   for (const Exited& e : launcher_.Poll(now)) {
-    spdlog::info("worker {} exited (status {})", e.id, e.status);
+    if (e.error.empty()) {
+      spdlog::info("worker {} exited (status {})", e.id, e.status);
+    } else {
+      spdlog::error("could not start worker {} with the {} launcher: {}", e.id, launcher_.name(),
+                    e.error);
+    }
     const PoolEntry* entry = pool_.Find(e.id);
     if (entry != nullptr && entry->state == PoolState::kStarting) metrics_.StartFailure();
     pool_.Forget(e.id, now);
@@ -62,22 +150,35 @@ void Autoscaler::Step(TimePoint now, std::optional<double> demand) {
     }
   }
 
-  std::string error;
-  Observation obs = source_.Read(&error);
+  Observation obs = read != nullptr ? read->obs : Observation{};
   obs.demand_queued = demand;
-  if (!obs.fresh) {
-    metrics_.SourceError();
-    obs.control_queued = ControlQueued();
-    if (!source_failing_) {
-      spdlog::warn("metrics from {} unusable ({}): scale-down frozen; scale-up from the "
-                   "broker's stats (queued {})",
-                   source_.Describe(), error,
-                   obs.control_queued ? std::to_string(*obs.control_queued) : "unknown");
+  if (read == nullptr) {
+    // The read is slower than a poll (within its deadline): decide without
+    // it, as on a stale read.
+    obs.control_queued = ControlQueued(budget);
+    // After a timeout the warning said it all; the abandoned read may
+    // still be running, and no new one starts until it returns.
+    if (!waiting_logged_ && timeouts_in_a_row_ == 0) {
+      spdlog::info("metrics read from {} still running after {:.0f} ms: deciding without it "
+                   "(scale-down frozen) until one is in",
+                   source_.Describe(), SecondsBetween(reader_.started(), now) * 1000);
     }
-    source_failing_ = true;
-  } else if (source_failing_) {
-    spdlog::info("metrics from {} readable again", source_.Describe());
-    source_failing_ = false;
+    waiting_logged_ = true;
+  } else {
+    waiting_logged_ = false;
+    if (!obs.fresh) {
+      obs.control_queued = ControlQueued(budget);
+      if (!source_failing_ && !read->timed_out) {
+        spdlog::warn("metrics from {} unusable ({}): scale-down frozen; scale-up from the "
+                     "broker's stats (queued {})",
+                     source_.Describe(), read->error,
+                     obs.control_queued ? std::to_string(*obs.control_queued) : "unknown");
+      }
+      source_failing_ = true;
+    } else if (source_failing_) {
+      spdlog::info("metrics from {} readable again", source_.Describe());
+      source_failing_ = false;
+    }
   }
 
   ObserveResult seen = pool_.Observe(obs, now);
@@ -105,7 +206,7 @@ void Autoscaler::Step(TimePoint now, std::optional<double> demand) {
   for (const auto& id : d.unretire) {
     std::string msg;
     bool answered = false;
-    if (ControlOp("unretire", id, &msg, &answered)) {
+    if (ControlOp("unretire", id, budget, &msg, &answered)) {
       pool_.MarkUnretired(id, now);
       launcher_.CancelStop(id);
       spdlog::info("took back retiring worker {}", id);
@@ -116,6 +217,9 @@ void Autoscaler::Step(TimePoint now, std::optional<double> demand) {
   for (int i = 0; i < d.launch; ++i) {
     std::string id = pool_.Launch(now);
     std::string err;
+    // Accepted is enough: a start that fails later (the Docker launcher's
+    // run off the loop) comes back from Poll as an exit, and the book
+    // counts a start failure for it then.
     if (launcher_.Start(id, now, &err)) {
       metrics_.Launched();
     } else {
@@ -128,18 +232,23 @@ void Autoscaler::Step(TimePoint now, std::optional<double> demand) {
   for (const auto& id : d.retire) {
     std::string msg;
     bool answered = false;
-    if (ControlOp("retire-if-idle", id, &msg, &answered)) {
+    if (ControlOp("retire-if-idle", id, budget, &msg, &answered)) {
       pool_.MarkRetiring(id, now);
       launcher_.Stop(id, options_.grace, now);
       metrics_.Retired();
     } else if (answered) {
       metrics_.RetireRefused();
       spdlog::info("broker refused to retire worker {} ({}); it stays", id, msg);
-    } else {
+    } else if (budget.skipped == 0) {
       // It may have been retired all the same; the next fresh read says.
       spdlog::warn("no answer to retire-if-idle {} within {} ms; the next poll will tell", id,
                    options_.control_timeout.count());
     }
+  }
+  if (budget.skipped > 0) {
+    spdlog::warn("{} control calls not made: this poll's {} ms for them were spent (the broker "
+                 "answers slowly or not at all); the next poll decides again",
+                 budget.skipped, ControlTime().count());
   }
 
   LogDecision(d, obs);
@@ -167,44 +276,42 @@ void Autoscaler::LogDecision(const Decision& d, const Observation& obs) {
 }
 
 int Autoscaler::Run(const Clock& clock, const std::function<bool()>& stop) {
-  TimePoint next = clock.Now();
   std::optional<double> demand;
   bool watching = false;  // the pool is empty and idle: keep a wait-demand request out
   while (!stop()) {
     TimePoint now = clock.Now();
-    if (now >= next || demand) {
-      const bool woken = demand.has_value() && now < next;
-      if (woken) spdlog::debug("woken by the broker: {:g} batches queued", *demand);
-      Step(now, demand);
-      demand.reset();
-      next = now + options_.policy.poll;
+    const std::uint64_t before = decisions_;
+    TimePoint wake = Turn(now, std::exchange(demand, std::nullopt));
+    if (decisions_ != before) {
       // Armed after a scheduled poll only, so the broker wakes us at most
       // once per interval whatever happens to the workers we start; and
       // not when this poll saw work it could not start a worker for (a
       // start backoff): the broker would answer at once.
-      watching = watch_ != nullptr && !woken && pool_.Counts().active() == 0 &&
+      watching = watch_ != nullptr && !last_woken_ && pool_.Counts().active() == 0 &&
                  !(last_.load > 0);
       if (watching) watch_->Arm(now);
-      continue;
     }
-    // zmq_poll sleeps until the next poll, a reply on the watch, or a
-    // signal (so SIGTERM is seen at once). A request that is due (none
-    // could go out without a connection, or the one out is overdue) goes
-    // when the socket is writable.
-    TimePoint wake = next;
-    short events = ZMQ_POLLIN;
-    if (watching) {
-      if (watch_->due(now)) {
-        events |= ZMQ_POLLOUT;
-      } else {
-        wake = std::min(wake, watch_->overdue_at());
+    if (wake <= now) continue;  // due again at once (a decision, then the next poll)
+    // zmq_poll sleeps until the next deadline, a finished metrics read, a
+    // reply on the watch, or a signal (so SIGTERM is seen at once). A
+    // request that is due (none could go out without a connection, or the
+    // one out is overdue) goes when the socket is writable.
+    zmq::pollitem_t items[2] = {{nullptr, reader_.fd(), ZMQ_POLLIN, 0}, {}};
+    std::size_t n = 1;
+    if (watch_ != nullptr) {
+      short events = ZMQ_POLLIN;
+      if (watching) {
+        if (watch_->due(now)) {
+          events |= ZMQ_POLLOUT;
+        } else {
+          wake = std::min(wake, watch_->overdue_at());
+        }
       }
+      items[n++] = {watch_->socket().handle(), 0, events, 0};
     }
-    zmq::pollitem_t item{watch_ != nullptr ? watch_->socket().handle() : nullptr, 0, events, 0};
-    const int n = watch_ != nullptr ? 1 : 0;
-    PollNoThrow(n > 0 ? &item : nullptr, n,
-                std::chrono::duration_cast<Millis>(wake - now) + Millis(1));
-    if (n == 0) continue;
+    PollNoThrow(items, n, std::chrono::duration_cast<Millis>(wake - now) + Millis(1));
+    if (n < 2) continue;
+    const zmq::pollitem_t& item = items[1];
     if (item.revents & ZMQ_POLLIN) {
       demand = watch_->Receive();
       // Workers of ours appeared since the request went out: the scheduled

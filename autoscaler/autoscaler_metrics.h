@@ -1,6 +1,6 @@
 // The autoscaler's own Prometheus metrics: its decision, the pool as it
-// sees it, decisions by action and reason, start failures and metric-source
-// errors. Registered once; the loop only sets and increments.
+// sees it, decisions by action and reason, start failures, metric-source
+// errors and timeouts. Registered once; the loop only sets and increments.
 #pragma once
 
 #include <prometheus/counter.h>
@@ -34,6 +34,8 @@ class AutoscalerMetrics {
   void Decision(const std::string& action, const std::string& reason);
   void StartFailure() { start_failures_.Increment(); }
   void SourceError() { source_errors_.Increment(); }
+  // A read that ran into --metrics-timeout (counted in SourceError too).
+  void SourceTimeout() { source_timeouts_.Increment(); }
   void Launched() { launched_.Increment(); }
   void Retired() { retired_.Increment(); }
   void RetireRefused() { retire_refused_.Increment(); }
@@ -50,6 +52,7 @@ class AutoscalerMetrics {
   prometheus::Family<prometheus::Counter>& decisions_;
   prometheus::Counter& start_failures_;
   prometheus::Counter& source_errors_;
+  prometheus::Counter& source_timeouts_;
   prometheus::Counter& launched_;
   prometheus::Counter& retired_;
   prometheus::Counter& retire_refused_;

@@ -102,7 +102,7 @@ std::vector<Exited> CommandLauncher::Poll(TimePoint now) {
         w.start_pid = -1;
         if (status != 0 || w.stop_ran) {
           // A failed start, or a foreground worker that ended.
-          exited.push_back({it->first, status});
+          exited.push_back({it->first, status, {}});
           it = workers_.erase(it);
           continue;
         }
@@ -115,7 +115,7 @@ std::vector<Exited> CommandLauncher::Poll(TimePoint now) {
       w.kill_at = now + w.grace;
       if (w.detached) {
         // Nothing of ours to watch any more: the stop command is the end.
-        exited.push_back({it->first, 0});
+        exited.push_back({it->first, 0, {}});
         it = workers_.erase(it);
         continue;
       }

@@ -141,10 +141,77 @@ DockerLauncher::DockerLauncher(DockerOptions options) : options_(std::move(optio
     mounts += fmt::format("{}{}:{}", mounts.empty() ? "" : ", ", m.host_path, m.container_path);
   }
   spdlog::info("docker launcher: engine API {} on {}, image {}, network {}, pool label {}={}, "
-               "read-only mounts {}",
+               "read-only mounts {}; engine calls run off the loop",
                api, options_.socket_path, options_.image,
                options_.network.empty() ? "(default bridge)" : options_.network, kPoolLabel,
                options_.pool, mounts.empty() ? "none" : mounts);
+  // From here on only the engine thread uses http_.
+  engine_ = std::thread([this] { EngineLoop(); });
+}
+
+DockerLauncher::~DockerLauncher() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  if (engine_.joinable()) engine_.join();
+}
+
+void DockerLauncher::EngineLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    work_cv_.wait(lock, [this] { return stop_ || !calls_.empty(); });
+    // Stopping finishes what was queued: a create the engine was asked for
+    // is made, and adopted by the next run, rather than half done.
+    if (calls_.empty()) return;
+    EngineCall call = std::move(calls_.front());
+    calls_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    EngineResult result = Execute(call);
+    lock.lock();
+    busy_ = false;
+    if (result.op == Op::kStart || result.op == Op::kList || result.op == Op::kReap) {
+      results_.push_back(std::move(result));
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+DockerLauncher::EngineResult DockerLauncher::Execute(const EngineCall& call) {
+  EngineResult r{call.op, call.id, call.container, {}, -1, std::nullopt};
+  switch (call.op) {
+    case Op::kStart:
+      return DoStart(call);
+    case Op::kList:
+      r.listed = List(&r.error);
+      break;
+    case Op::kReap:
+      r.exit_code = ExitCode(call.container);
+      Remove(call.container, ContainerName(call.id));
+      break;
+    case Op::kSignal:
+      Signal(call.id, call.container, call.arg.c_str());
+      break;
+    case Op::kRemove:
+      Remove(call.container, call.arg);
+      break;
+  }
+  return r;
+}
+
+void DockerLauncher::Queue(EngineCall call) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_.push_back(std::move(call));
+  }
+  work_cv_.notify_one();
+}
+
+bool DockerLauncher::WaitIdle(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_cv_.wait_for(lock, timeout, [this] { return calls_.empty() && !busy_; });
 }
 
 http::HttpResponse DockerLauncher::Call(http::Method method, const std::string& path,
@@ -216,30 +283,36 @@ bool DockerLauncher::Start(const std::string& id, TimePoint, std::string* error)
     *error = "a worker " + id + " is already started";
     return false;
   }
-  const std::string name = ContainerName(id);
+  workers_[id];  // booked; its container comes with the start's result
+  Queue({Op::kStart, id, {}, CreateBody(id)});
+  return true;
+}
+
+DockerLauncher::EngineResult DockerLauncher::DoStart(const EngineCall& call) {
+  EngineResult r{Op::kStart, call.id, {}, {}, -1, std::nullopt};
+  const std::string name = ContainerName(call.id);
   http::HttpResponse created =
-      Call(http::Method::kPost, "/containers/create?name=" + http::UrlEncode(name),
-           CreateBody(id));
+      Call(http::Method::kPost, "/containers/create?name=" + http::UrlEncode(name), call.arg);
   if (!created.ok()) {
-    *error = fmt::format("create container {} from image {}: {}", name, options_.image,
-                         DockerErrorMessage(created));
-    return false;
+    r.error = fmt::format("create container {} from image {}: {}", name, options_.image,
+                          DockerErrorMessage(created));
+    return r;
   }
   json j = json::parse(created.body, nullptr, false);
   if (!j.is_object() || !j.value("Id", json()).is_string()) {
-    *error = "create container " + name + ": the engine's reply has no Id";
-    return false;
+    r.error = "create container " + name + ": the engine's reply has no Id";
+    return r;
   }
   std::string container = j["Id"].get<std::string>();
   http::HttpResponse started = Call(http::Method::kPost, "/containers/" + container + "/start");
   if (!started.ok() && started.status != 304) {
-    *error = fmt::format("start container {}: {}", name, DockerErrorMessage(started));
+    r.error = fmt::format("start container {}: {}", name, DockerErrorMessage(started));
     Remove(container, name);
-    return false;
+    return r;
   }
-  workers_[id].container = std::move(container);
-  spdlog::debug("started container {} ({})", name, workers_[id].container.substr(0, 12));
-  return true;
+  spdlog::debug("started container {} ({})", name, container.substr(0, 12));
+  r.container = std::move(container);
+  return r;
 }
 
 void DockerLauncher::Stop(const std::string& id, Duration grace, TimePoint now) {
@@ -255,21 +328,15 @@ void DockerLauncher::CancelStop(const std::string& id) {
   it->second.term_at.reset();
 }
 
-std::optional<std::vector<DockerLauncher::Listed>> DockerLauncher::List() {
+std::optional<std::vector<DockerLauncher::Listed>> DockerLauncher::List(std::string* error) {
   json filters = {{"label", json::array({std::string(kPoolLabel) + "=" + options_.pool})}};
   http::HttpResponse r = Call(http::Method::kGet,
                               "/containers/json?all=1&filters=" + http::UrlEncode(filters.dump()));
   json j = r.ok() ? json::parse(r.body, nullptr, false) : json();
   if (!j.is_array()) {
-    if (!list_failing_) {
-      spdlog::error("docker launcher: cannot list the pool's containers: {}",
-                    r.ok() ? "unexpected reply" : DockerErrorMessage(r));
-    }
-    list_failing_ = true;
+    *error = r.ok() ? "unexpected reply" : DockerErrorMessage(r);
     return std::nullopt;
   }
-  if (list_failing_) spdlog::info("docker launcher: the engine answers again");
-  list_failing_ = false;
   std::vector<Listed> out;
   for (const json& c : j) {
     if (!c.is_object() || !c.value("Id", json()).is_string()) continue;
@@ -317,51 +384,78 @@ void DockerLauncher::Remove(const std::string& container, const std::string& wha
   }
 }
 
-std::vector<Exited> DockerLauncher::Poll(TimePoint now) {
-  std::vector<Exited> exited;
-  auto listed = List();
-  if (!listed) return exited;  // try again next poll; nothing is decided blind
+void DockerLauncher::Apply(EngineResult result, std::vector<Exited>* exited) {
+  switch (result.op) {
+    case Op::kStart: {
+      auto it = workers_.find(result.id);
+      if (it == workers_.end()) return;  // cannot happen: only its result erases it
+      if (!result.error.empty()) {
+        exited->push_back({result.id, -1, std::move(result.error)});
+        workers_.erase(it);
+      } else {
+        it->second.container = std::move(result.container);
+      }
+      return;
+    }
+    case Op::kReap:
+      exited->push_back({result.id, result.exit_code, {}});
+      workers_.erase(result.id);
+      return;
+    case Op::kList:
+      list_queued_ = false;
+      if (!result.listed) {
+        if (!list_failing_) {
+          spdlog::error("docker launcher: cannot list the pool's containers: {}", result.error);
+        }
+        list_failing_ = true;
+        return;  // try again next poll; nothing is decided blind
+      }
+      if (list_failing_) spdlog::info("docker launcher: the engine answers again");
+      list_failing_ = false;
+      ApplyList(*result.listed, exited);
+      return;
+    case Op::kSignal:
+    case Op::kRemove:
+      return;
+  }
+}
 
+void DockerLauncher::ApplyList(const std::vector<Listed>& listed, std::vector<Exited>* exited) {
+  // Calls run first in, first out and their results are applied in that
+  // order, so every container known here was created before this list was
+  // taken: one it lacks is gone. A worker whose start is still running has
+  // no container yet and is left alone.
   std::map<std::string, const Listed*> by_container;
-  for (const Listed& l : *listed) by_container[l.container] = &l;
+  for (const Listed& l : listed) by_container[l.container] = &l;
   std::set<std::string> tracked_containers;
-
   for (auto it = workers_.begin(); it != workers_.end();) {
     const std::string& id = it->first;
     Worker& w = it->second;
+    if (w.container.empty()) {
+      ++it;
+      continue;
+    }
     tracked_containers.insert(w.container);
+    if (w.reaping) {
+      ++it;
+      continue;
+    }
     auto found = by_container.find(w.container);
     if (found == by_container.end()) {
       spdlog::warn("worker {}'s container disappeared (removed outside the autoscaler)", id);
-      exited.push_back({id, -1});
+      exited->push_back({id, -1, {}});
       it = workers_.erase(it);
       continue;
     }
     const std::string& state = found->second->state;
     if (state == "exited" || state == "dead") {
-      int code = ExitCode(w.container);
-      Remove(w.container, ContainerName(id));
-      exited.push_back({id, code});
-      it = workers_.erase(it);
-      continue;
-    }
-    if (w.term_at && now >= *w.term_at) {
-      spdlog::info("worker {} still running {:.1f} s after its stop: SIGTERM", id,
-                   std::chrono::duration<double>(w.grace).count());
-      Signal(id, w.container, "SIGTERM");
-      w.termed = true;
-      w.term_at.reset();
-      w.kill_at = now + w.grace;
-    } else if (w.kill_at && now >= *w.kill_at) {
-      spdlog::warn("worker {} ignored SIGTERM for {:.1f} s: SIGKILL", id,
-                   std::chrono::duration<double>(w.grace).count());
-      Signal(id, w.container, "SIGKILL");
-      w.kill_at.reset();
+      w.reaping = true;  // reported once its exit code is read and it is removed
+      Queue({Op::kReap, id, w.container, {}});
     }
     ++it;
   }
 
-  for (const Listed& l : *listed) {
+  for (const Listed& l : listed) {
     if (tracked_containers.count(l.container) != 0) continue;
     const bool live = l.state == "running" || l.state == "restarting" || l.state == "paused";
     if (live && !l.worker_id.empty() && workers_.count(l.worker_id) == 0) {
@@ -373,10 +467,42 @@ std::vector<Exited> DockerLauncher::Poll(TimePoint now) {
       spdlog::info("removing {} container {} of pool {} left by an earlier run", l.state,
                    l.worker_id.empty() ? l.container.substr(0, 12) : ContainerName(l.worker_id),
                    options_.pool);
-      Remove(l.container, l.container.substr(0, 12));
+      Queue({Op::kRemove, {}, l.container, l.container.substr(0, 12)});
     }
     // A running container of the pool with no worker id (made by hand) is
     // left alone.
+  }
+}
+
+std::vector<Exited> DockerLauncher::Poll(TimePoint now) {
+  std::vector<Exited> exited;
+  std::deque<EngineResult> done;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done.swap(results_);
+  }
+  for (EngineResult& r : done) Apply(std::move(r), &exited);
+
+  for (auto& [id, w] : workers_) {
+    if (w.container.empty() || w.reaping) continue;  // signalled once it exists
+    if (w.term_at && now >= *w.term_at) {
+      spdlog::info("worker {} still running {:.1f} s after its stop: SIGTERM", id,
+                   std::chrono::duration<double>(w.grace).count());
+      Queue({Op::kSignal, id, w.container, "SIGTERM"});
+      w.termed = true;
+      w.term_at.reset();
+      w.kill_at = now + w.grace;
+    } else if (w.kill_at && now >= *w.kill_at) {
+      spdlog::warn("worker {} ignored SIGTERM for {:.1f} s: SIGKILL", id,
+                   std::chrono::duration<double>(w.grace).count());
+      Queue({Op::kSignal, id, w.container, "SIGKILL"});
+      w.kill_at.reset();
+    }
+  }
+
+  if (!list_queued_) {
+    list_queued_ = true;
+    Queue({Op::kList, {}, {}, {}});
   }
   return exited;
 }
@@ -395,33 +521,51 @@ std::vector<std::string> DockerLauncher::Alive() const {
 }
 
 void DockerLauncher::StopAll(Duration grace) {
+  const auto start = std::chrono::steady_clock::now();
+  // Shutdown may wait: first for the starts in progress, so that their
+  // containers exist and get the signal too.
+  const auto bound = std::chrono::duration_cast<std::chrono::milliseconds>(grace) + Seconds(5);
+  if (!WaitIdle(bound)) spdlog::warn("docker launcher: the engine is slow; stopping anyway");
+  for (const Exited& e : Poll(std::chrono::steady_clock::now())) {
+    spdlog::info("worker {} exited (status {})", e.id, e.status);
+  }
   if (workers_.empty()) return;
   // SIGTERM makes a worker drain: it finishes what it holds and exits 0.
   for (auto& [id, w] : workers_) {
-    Signal(id, w.container, "SIGTERM");
+    if (w.container.empty() || w.termed) continue;
+    Queue({Op::kSignal, id, w.container, "SIGTERM"});
     w.termed = true;
+    w.term_at.reset();
   }
-  const auto start = std::chrono::steady_clock::now();
   bool killed = false;
   while (!workers_.empty()) {
     const auto now = std::chrono::steady_clock::now();
-    for (const Exited& e : Poll(now)) spdlog::info("worker {} exited (status {})", e.id, e.status);
+    for (const Exited& e : Poll(now)) {
+      spdlog::info("worker {} exited (status {})", e.id, e.status);
+    }
     if (workers_.empty()) break;
     if (!killed && now - start >= grace) {
       for (auto& [id, w] : workers_) {
+        if (w.container.empty()) continue;
         spdlog::warn("worker {} did not drain within {:.1f} s: SIGKILL", id,
                      std::chrono::duration<double>(grace).count());
-        Signal(id, w.container, "SIGKILL");
+        Queue({Op::kSignal, id, w.container, "SIGKILL"});
+        w.kill_at.reset();
       }
       killed = true;
     }
     if (now - start >= 2 * grace + Seconds(5)) {
-      for (auto& [id, w] : workers_) Remove(w.container, ContainerName(id));
-      spdlog::error("gave up waiting for {} containers; removed them by force", workers_.size());
+      for (auto& [id, w] : workers_) {
+        if (!w.container.empty()) Queue({Op::kRemove, {}, w.container, ContainerName(id)});
+      }
+      spdlog::error("gave up waiting for {} containers; removing them by force", workers_.size());
       workers_.clear();
+      WaitIdle(std::chrono::duration_cast<std::chrono::milliseconds>(options_.api_timeout) * 2);
       break;
     }
     // Shutdown only: the engine has no event we could wait on cheaply here.
+    // The calls Poll queued are done before the next look.
+    WaitIdle(std::chrono::milliseconds(2000));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   adopted_.clear();

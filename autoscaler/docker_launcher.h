@@ -13,21 +13,44 @@
 // which Prometheus' docker_sd_configs and this launcher select on. The
 // launcher never touches a container without its pool label.
 //
-// Each Poll lists the pool's containers once: an exited container is
-// reported (with its exit code) and removed; a running one it did not start
-// (left by an earlier autoscaler run) is adopted (TakeAdopted), an exited or
-// never-started one it does not know is removed. Stop gives the worker its
-// grace to drain and leave by itself, then SIGTERM, then SIGKILL after the
-// grace again, as the process launcher does.
+// Every engine call after the constructor's checks runs off the loop, on
+// the launcher's own engine thread, in the order the loop queued them (a
+// busy engine takes 5-10 s for a create and start; the loop must not wait
+// for it). The loop side only queues calls and applies their results in
+// Poll:
+//  - Start books the worker and queues create + start; it returns at once
+//    (accepted). A failed create or start comes back from a later Poll as
+//    an exit with its error, which the pool book counts as a start failure.
+//  - Each Poll applies what the engine thread finished, then queues one
+//    list of the pool's containers (never more than one outstanding). A
+//    list shows an exited container: its exit code is read and it is
+//    removed (queued; reported as an exit once done); a running one it
+//    does not know (left by an earlier autoscaler run) is adopted
+//    (TakeAdopted); an exited or never-started one it does not know is
+//    removed.
+//  - Stop gives the worker its grace to drain and leave by itself, then
+//    Poll queues SIGTERM, then SIGKILL after the grace again, as the process
+//    launcher does (a worker whose start is still running is signalled once
+//    its container exists).
+// One thread and first in, first out, so a list always reflects every start
+// and removal queued before it: a container this launcher created is never
+// taken for one removed behind its back, nor for one to adopt. Rejected: a
+// thread per call (unbounded threads, and lists racing the creates they
+// must see).
 //
-// Start blocks for the create and start calls (tens to hundreds of ms);
-// StopAll up to 2 x grace. Not thread-safe.
+// Thread-safety: the public methods are for one thread (the loop); the
+// engine thread shares only the mutex-guarded queues. StopAll blocks up to
+// 2 x grace (shutdown).
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "autoscaler/docker_mount.h"
@@ -70,20 +93,33 @@ class DockerLauncher : public Launcher {
  public:
   // Checks the mounts (std::invalid_argument, before any engine call), then
   // that the engine answers on the socket, speaks API >= 1.41, has the
-  // image and (when named) the network. Throws std::runtime_error with a
-  // message saying what is wrong and what to do.
+  // image and (when named) the network; these calls are made here, before
+  // the loop runs. Throws std::runtime_error with a message saying what is
+  // wrong and what to do. Then starts the engine thread.
   explicit DockerLauncher(DockerOptions options);
-  // Leaves the containers running: a restarted autoscaler adopts them.
-  ~DockerLauncher() override = default;
+  // Finishes the engine calls already queued (each bounded by api_timeout),
+  // then stops the engine thread. Leaves the containers running: a
+  // restarted autoscaler adopts them.
+  ~DockerLauncher() override;
+  DockerLauncher(const DockerLauncher&) = delete;
+  DockerLauncher& operator=(const DockerLauncher&) = delete;
 
   const char* name() const override { return "docker"; }
+  // Never waits for the engine: false only for an id already known.
   bool Start(const std::string& id, TimePoint now, std::string* error) override;
   void Stop(const std::string& id, Duration grace, TimePoint now) override;
   void CancelStop(const std::string& id) override;
+  // Never waits for the engine (see above).
   std::vector<Exited> Poll(TimePoint now) override;
   std::vector<std::string> TakeAdopted() override;
+  // Started (its start in progress included) and not reported exited.
   std::vector<std::string> Alive() const override;
   void StopAll(Duration grace) override;
+
+  // Waits until the engine thread has done every call queued so far (its
+  // results wait for the next Poll). False if that took longer than
+  // `timeout`. For tests and StopAll; the loop never waits.
+  bool WaitIdle(std::chrono::milliseconds timeout);
 
   // The container name for worker `id` ("POOL-ID").
   std::string ContainerName(const std::string& id) const;
@@ -92,7 +128,8 @@ class DockerLauncher : public Launcher {
 
  private:
   struct Worker {
-    std::string container;  // engine id
+    std::string container;  // engine id; empty while its start runs
+    bool reaping = false;   // seen exited: exit code and removal queued
     std::optional<TimePoint> term_at;
     std::optional<TimePoint> kill_at;
     Duration grace{};
@@ -103,21 +140,58 @@ class DockerLauncher : public Launcher {
     std::string worker_id;
     std::string state;  // created, running, exited, dead, ...
   };
+  // One call for the engine thread, and what came of it.
+  enum class Op { kStart, kList, kReap, kSignal, kRemove };
+  struct EngineCall {
+    Op op;
+    std::string id;         // worker id (start, reap, signal)
+    std::string container;  // reap, signal, remove
+    std::string arg;        // start: the create body; signal: its name; remove: what, for logs
+  };
+  struct EngineResult {
+    Op op;
+    std::string id;
+    std::string container;  // start: the new container
+    std::string error;      // start: why it failed; list: why there is no list
+    int exit_code = -1;     // reap
+    std::optional<std::vector<Listed>> listed;  // list
+  };
 
+  // The engine thread's side (and the constructor's, before it starts).
+  void EngineLoop();
+  EngineResult Execute(const EngineCall& call);
+  EngineResult DoStart(const EngineCall& call);
   http::HttpResponse Call(http::Method method, const std::string& path,
                           const std::string& body = {});
-  // The pool's containers; nullopt (logged) when the engine did not answer.
-  std::optional<std::vector<Listed>> List();
+  // The pool's containers; nullopt with `error` set when the engine did not
+  // answer as expected.
+  std::optional<std::vector<Listed>> List(std::string* error);
   int ExitCode(const std::string& container);
   void Signal(const std::string& id, const std::string& container, const char* signal);
   void Remove(const std::string& container, const std::string& what);
 
+  // The loop's side.
+  void Queue(EngineCall call);
+  void Apply(EngineResult result, std::vector<Exited>* exited);
+  void ApplyList(const std::vector<Listed>& listed, std::vector<Exited>* exited);
+
   DockerOptions options_;
-  http::HttpClient http_;
+  http::HttpClient http_;  // the engine thread's once it runs
   http::HttpOptions http_options_;
   std::map<std::string, Worker> workers_;  // by worker id
   std::vector<std::string> adopted_;       // since the last TakeAdopted
   bool list_failing_ = false;              // one log line per outage
+  bool list_queued_ = false;               // a list is queued or running
+
+  // Shared with the engine thread.
+  std::mutex mu_;
+  std::condition_variable work_cv_;  // calls queued, or stopping
+  std::condition_variable idle_cv_;  // a call finished
+  std::deque<EngineCall> calls_;
+  std::deque<EngineResult> results_;
+  bool busy_ = false;  // the engine thread is running a call
+  bool stop_ = false;
+  std::thread engine_;  // last: started once everything above exists
 };
 
 // The message of a Docker Engine API error body ({"message": "..."}), or

@@ -5,7 +5,10 @@
 // the launcher to make sure it is gone.
 //
 // Implementations are not thread-safe: the autoscaler loop is their only
-// caller. None blocks for long except StopAll.
+// caller. None may block the loop on the outside world (a container engine,
+// an orchestrator's API) except StopAll at shutdown: slow work runs off the
+// loop (the Docker launcher's engine calls run on its own thread) and comes
+// back through Poll.
 #pragma once
 
 #include <string>
@@ -17,7 +20,8 @@ namespace fleet::autoscaler {
 
 struct Exited {
   std::string id;
-  int status = 0;  // exit code, or 128 + signal
+  int status = 0;     // exit code, or 128 + signal; -1 when unknown
+  std::string error;  // set when the start itself failed (the worker never ran)
 };
 
 class Launcher {
@@ -28,7 +32,10 @@ class Launcher {
   virtual const char* name() const = 0;
 
   // Starts a worker with this id. Returns false with `error` set when the
-  // start failed at once (the worker will not appear).
+  // start failed at once (the worker will not appear). True means started
+  // or accepted and in progress: a start that fails later is reported by a
+  // later Poll as an exit with `error` set (the pool book then counts a
+  // start failure, as for a worker that exits before registering).
   virtual bool Start(const std::string& id, TimePoint now, std::string* error) = 0;
 
   // Makes sure the worker goes away: it is given `grace` to leave on its own

@@ -2,6 +2,7 @@
 // DESIGN.md (Autoscaler) and the README's policy section.
 #include <spdlog/spdlog.h>
 
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <random>
@@ -42,7 +43,7 @@ int main(int argc, char** argv) {
   std::string worker_args, worker_bin, start_command, stop_command, policy = "backlog";
   std::string metrics = "0.0.0.0:9751", log_level = "info";
   double idle_s = 60, cooldown_s = 30, stabilization_s = 60, start_timeout_s = 30;
-  double grace_s = 30, drain_s = 10, staleness_s = 10;
+  double grace_s = 30, drain_s = 10, staleness_s = 10, metrics_timeout_s = 2;
   int poll_ms = 1000;
   DockerOptions docker;
   std::string docker_memory = "512m";
@@ -54,6 +55,13 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-source", source_spec,
                  "the broker's /metrics URL, or prometheus:http://HOST:9090 to query a "
                  "Prometheus server")->capture_default_str();
+  app.add_option("--metrics-timeout", metrics_timeout_s,
+                 "seconds (decimals allowed) one metrics read may take, all of its queries "
+                 "together; a read that runs into it is counted "
+                 "(fleet_autoscaler_metric_source_timeouts_total) and changes nothing: "
+                 "scale-down frozen, scale-up from the broker's stats. Reads run off the loop, so "
+                 "decisions go on meanwhile")
+      ->capture_default_str()->check(CLI::Range(0.05, 60.0));
   std::string source_auth_file;
   app.add_option("--metrics-source-auth-file", source_auth_file,
                  "HTTP basic auth for --metrics-source (a broker started with "
@@ -212,8 +220,11 @@ int main(int argc, char** argv) {
       docker.worker_args = worker_args;
       launcher = std::make_unique<DockerLauncher>(docker);
     }
+    const auto metrics_timeout =
+        std::chrono::milliseconds(static_cast<long>(std::lround(metrics_timeout_s * 1000)));
+    o.metrics_timeout = metrics_timeout;
     auto source = MakeMetricsSource(
-        source_spec, std::chrono::milliseconds(2000),
+        source_spec, metrics_timeout,
         std::chrono::milliseconds(static_cast<long>(staleness_s * 1000)), source_auth);
     InstallStopSignals();
     zmq::context_t context(1);
@@ -230,11 +241,12 @@ int main(int argc, char** argv) {
     Autoscaler scaler(o, tag, *launcher, *source, ctl, m);
     scaler.SetDemandWatch(&watch);
     spdlog::info("policy {}: min {} max {} target/worker {} idle {} s cooldown {} s "
-                 "stabilization {} s poll {} ms; launcher {}; metrics source {}; control {}; "
-                 "own metrics {}; worker ids {}{}-N",
+                 "stabilization {} s poll {} ms; launcher {}; metrics source {} (timeout {} ms); "
+                 "control {}; own metrics {}; worker ids {}{}-N",
                  policy, p.min_workers, p.max_workers, p.target_per_worker, idle_s, cooldown_s,
                  stabilization_s, poll_ms, launcher->name(),
-                 source->Describe() + (source_auth ? " (basic auth)" : ""), control,
+                 source->Describe() + (source_auth ? " (basic auth)" : ""),
+                 metrics_timeout.count(), control,
                  m.url().empty() ? "off" : m.url(), o.pool.id_prefix, tag);
     SteadyClock clock;
     return scaler.Run(clock, [] { return StopRequested(); });

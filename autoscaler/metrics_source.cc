@@ -32,6 +32,20 @@ std::string StatusError(long status) {
   return e;
 }
 
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+// Whether a failed request ran into `deadline` (rather than being refused,
+// cut short, ...). curl stops a request at its timeout, which is what was
+// left until the deadline, so the deadline has passed by then.
+bool RanIntoDeadline(const http::HttpResponse& r, SteadyTime deadline) {
+  return !r.error.empty() && std::chrono::steady_clock::now() >= deadline;
+}
+
+std::string TimeoutError(std::chrono::milliseconds timeout) {
+  return "no complete answer within " + std::to_string(timeout.count()) +
+         " ms (--metrics-timeout)";
+}
+
 }  // namespace
 
 static double WallNow() {
@@ -89,18 +103,22 @@ ScrapeSource::ScrapeSource(std::string url, std::chrono::milliseconds timeout,
       max_staleness_(max_staleness),
       request_(WithAuth(auth)) {}
 
-Observation ScrapeSource::Read(std::string* error) {
+MetricsRead ScrapeSource::Read() {
+  MetricsRead out;
+  const SteadyTime deadline = std::chrono::steady_clock::now() + timeout_;
   http::HttpResponse r = http_.Get(url_, timeout_, request_);
   if (!r.ok()) {
-    *error = r.error.empty() ? StatusError(r.status) : r.error;
-    return Observation{};
+    out.timed_out = RanIntoDeadline(r, deadline);
+    out.error = out.timed_out ? TimeoutError(timeout_) + ": " + r.error
+                              : (r.error.empty() ? StatusError(r.status) : r.error);
+    return out;
   }
   prom::ParseResult page = prom::ParsePromText(r.body);
-  Observation obs = ObservationFromPage(page, WallNow(), max_staleness_, error);
-  if (!obs.fresh && error->empty()) {
-    *error = "the page has no fleet broker metrics (fleet_batches_inflight, fleet_workers)";
+  out.obs = ObservationFromPage(page, WallNow(), max_staleness_, &out.error);
+  if (!out.obs.fresh && out.error.empty()) {
+    out.error = "the page has no fleet broker metrics (fleet_batches_inflight, fleet_workers)";
   }
-  return obs;
+  return out;
 }
 
 PrometheusSource::PrometheusSource(std::string base, std::chrono::milliseconds timeout,
@@ -111,55 +129,70 @@ PrometheusSource::PrometheusSource(std::string base, std::chrono::milliseconds t
       max_staleness_(max_staleness),
       request_(WithAuth(auth)) {}
 
-bool PrometheusSource::Query(const std::string& promql, prom::QueryResult* out,
-                             std::string* error) {
-  http::HttpResponse r = http_.Get(prom::QueryUrl(base_, promql), timeout_, request_);
+bool PrometheusSource::Query(const std::string& promql, Deadline deadline,
+                             prom::QueryResult* result, MetricsRead* out) {
+  // What is left of the read's one deadline, rounded up so that a request
+  // is never given 0 ms (HttpClient would take that as 1 ms anyway).
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  if (left.count() <= 0) {
+    out->timed_out = true;
+    out->error = TimeoutError(timeout_) + " (before query " + promql + ")";
+    return false;
+  }
+  http::HttpResponse r = http_.Get(prom::QueryUrl(base_, promql), left, request_);
   if (!r.error.empty()) {
-    *error = "query " + promql + ": " + r.error;
+    out->timed_out = RanIntoDeadline(r, deadline);
+    out->error = (out->timed_out ? TimeoutError(timeout_) + ": " : std::string()) + "query " +
+                 promql + ": " + r.error;
     return false;
   }
   // Prometheus answers a bad query with 400 and a JSON error, which the
   // reader below reports; an auth failure has no JSON to read.
   if (r.status == 401 || r.status == 403) {
-    *error = "query " + promql + ": " + StatusError(r.status);
+    out->error = "query " + promql + ": " + StatusError(r.status);
     return false;
   }
-  *out = prom::ParseQueryResponse(r.body);
-  if (!out->ok()) {
-    *error = "query " + promql + ": " + out->error_type + ": " + out->error;
+  *result = prom::ParseQueryResponse(r.body);
+  if (!result->ok()) {
+    out->error = "query " + promql + ": " + result->error_type + ": " + result->error;
     return false;
   }
   return true;
 }
 
-Observation PrometheusSource::Read(std::string* error) {
-  Observation obs;
+MetricsRead PrometheusSource::Read() {
+  MetricsRead out;
+  Observation& obs = out.obs;
+  // One deadline for every query of this read. Rejected: the timeout per
+  // query, which let a slow server hold a read for ten times the timeout.
+  const Deadline deadline = std::chrono::steady_clock::now() + timeout_;
   prom::QueryResult q;
   // When did Prometheus last scrape the broker? Older than max_staleness:
   // the numbers describe a past that must not drive a scale-down.
-  if (!Query("max(timestamp(fleet_batches_inflight))", &q, error)) return obs;
+  if (!Query("max(timestamp(fleet_batches_inflight))", deadline, &q, &out)) return out;
   if (q.samples.empty() || !std::isfinite(q.samples[0].value)) {
-    *error = "Prometheus has no fleet_batches_inflight series (is it scraping the broker?)";
-    return obs;
+    out.error = "Prometheus has no fleet_batches_inflight series (is it scraping the broker?)";
+    return out;
   }
   double age = WallNow() - q.samples[0].value;
   if (age * 1000 > static_cast<double>(max_staleness_.count())) {
-    *error = "broker metrics in Prometheus are " + std::to_string(static_cast<int>(age)) +
-             " s old";
-    return obs;
+    out.error = "broker metrics in Prometheus are " + std::to_string(static_cast<int>(age)) +
+                " s old";
+    return out;
   }
   auto scalar = [&](const std::string& promql, double* v) {
     prom::QueryResult r;
-    if (!Query(promql, &r, error)) return false;
+    if (!Query(promql, deadline, &r, &out)) return false;
     *v = r.samples.empty() ? 0 : r.samples[0].value;
     return true;
   };
-  auto per_worker = [&](const std::string& metric, std::map<std::string, double>* out) {
+  auto per_worker = [&](const std::string& metric, std::map<std::string, double>* into) {
     prom::QueryResult r;
-    if (!Query(metric, &r, error)) return false;
+    if (!Query(metric, deadline, &r, &out)) return false;
     for (const auto& s : r.samples) {
       auto it = s.labels.find("worker");
-      if (it != s.labels.end()) (*out)[it->second] = s.value;
+      if (it != s.labels.end()) (*into)[it->second] = s.value;
     }
     return true;
   };
@@ -173,13 +206,14 @@ Observation PrometheusSource::Read(std::string* error) {
       !scalar("sum(fleet_batches_completed_total)", &obs.completed_total) ||
       !scalar("sum(fleet_batch_processing_seconds_sum)", &obs.processing_seconds_sum) ||
       !scalar("sum(fleet_batch_processing_seconds_count)", &obs.processing_seconds_count)) {
-    return Observation{};
+    out.obs = Observation{};  // a partial read changes nothing
+    return out;
   }
   for (const auto& [id, secs] : idle) {
     obs.workers.push_back({id, StateFrom(held[id], retiring[id]), secs});
   }
   obs.fresh = true;
-  return obs;
+  return out;
 }
 
 std::unique_ptr<MetricsSource> MakeMetricsSource(const std::string& spec,

@@ -7,7 +7,13 @@
 // sends HTTP basic auth when given credentials (--metrics-source-auth-file):
 // a broker's /metrics or a Prometheus server may sit behind it.
 //
-// Not thread-safe; blocking (bounded by the HTTP timeout).
+// `timeout` (--metrics-timeout) is ONE deadline for the whole read: the
+// Prometheus source's several queries share it (each gets what is left), so
+// a slow server costs a read at most `timeout`, not `timeout` per query.
+// A read that runs into it comes back with timed_out set.
+//
+// Not thread-safe; blocking (bounded by the timeout, real time). The
+// autoscaler runs reads on a MetricsReader's thread, off its loop.
 #pragma once
 
 #include <chrono>
@@ -23,11 +29,20 @@
 
 namespace fleet::autoscaler {
 
+// One read's outcome.
+struct MetricsRead {
+  Observation obs;    // obs.fresh false when the read is unusable
+  std::string error;  // why, when obs.fresh is false
+  bool timed_out = false;  // the read ran into its deadline (--metrics-timeout)
+};
+
 class MetricsSource {
  public:
   virtual ~MetricsSource() = default;
-  // Reads one observation. `error` is set (and fresh false) on failure.
-  virtual Observation Read(std::string* error) = 0;
+  // Reads one observation within the source's deadline. Never throws on
+  // network or data errors: they come back in the result.
+  virtual MetricsRead Read() = 0;
+  // For logs. Immutable after construction, so any thread may call it.
   virtual std::string Describe() const = 0;
 };
 
@@ -46,7 +61,7 @@ class ScrapeSource : public MetricsSource {
   ScrapeSource(std::string url, std::chrono::milliseconds timeout,
                std::chrono::milliseconds max_staleness = std::chrono::milliseconds(10000),
                const std::optional<BasicAuth>& auth = std::nullopt);
-  Observation Read(std::string* error) override;
+  MetricsRead Read() override;
   std::string Describe() const override { return url_; }
 
  private:
@@ -64,12 +79,15 @@ class PrometheusSource : public MetricsSource {
   PrometheusSource(std::string base, std::chrono::milliseconds timeout,
                    std::chrono::milliseconds max_staleness,
                    const std::optional<BasicAuth>& auth = std::nullopt);
-  Observation Read(std::string* error) override;
+  MetricsRead Read() override;
   std::string Describe() const override { return "prometheus:" + base_; }
 
  private:
-  // Runs one query; false with `error` set on failure.
-  bool Query(const std::string& promql, prom::QueryResult* out, std::string* error);
+  using Deadline = std::chrono::steady_clock::time_point;
+  // Runs one query with what is left until `deadline`; false with
+  // out->error (and out->timed_out) set on failure.
+  bool Query(const std::string& promql, Deadline deadline, prom::QueryResult* result,
+             MetricsRead* out);
 
   std::string base_;
   std::chrono::milliseconds timeout_;

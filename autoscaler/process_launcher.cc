@@ -132,7 +132,7 @@ std::vector<Exited> ProcessLauncher::Poll(TimePoint now) {
     pid_t r = waitpid(c.pid, &st, WNOHANG);
     if (r == c.pid || (r < 0 && errno == ECHILD)) {
       int status = r == c.pid ? (WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st)) : -1;
-      exited.push_back({it->first, status});
+      exited.push_back({it->first, status, {}});
       it = children_.erase(it);
       continue;
     }

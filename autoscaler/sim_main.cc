@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   std::string trace_name = "burst";
   std::string trace_file;
   std::string policy = "backlog";
-  std::string dispatch = "round-robin";
+  std::string dispatch = "most-recent";
   double processing = 0.5;
   double idle = 60, cooldown = 30, stabilization = 60, drain = 10, start_timeout = 30;
   int poll_ms = 1000;
@@ -27,8 +27,10 @@ int main(int argc, char** argv) {
   CLI::App app{
       "fleet-autoscaler-sim: drives the autoscaler policy on a simulated broker and "
       "prints flaps, worker-seconds, queue wait, reaction and scale-down times"};
-  app.add_option("--trace", trace_name, "burst, steady, sawtooth, burst-after-scale-down")
-      ->check(CLI::IsMember({"burst", "steady", "sawtooth", "burst-after-scale-down"}))
+  app.add_option("--trace", trace_name,
+                 "burst, steady, sawtooth, burst-after-scale-down, step-down (6 workers' worth "
+                 "for 120 s, then 2 for 180 s)")
+      ->check(CLI::IsMember({"burst", "steady", "sawtooth", "burst-after-scale-down", "step-down"}))
       ->capture_default_str();
   app.add_option("--trace-file", trace_file,
                  "CSV of arrival_seconds[,processing_seconds] (overrides --trace)");
@@ -77,7 +79,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--dispatch", dispatch,
-                 "round-robin (fleet-broker's order) or most-recent (packs work)")
+                 "most-recent (the broker's packing: the worker that most recently had work and "
+                 "has a free slot) or round-robin (the older broker's order, which spreads "
+                 "partial load over every worker)")
       ->check(CLI::IsMember({"round-robin", "most-recent"}))
       ->capture_default_str();
   app.add_option("--outage-from", o.outage_from, "metrics fail from this second")

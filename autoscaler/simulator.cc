@@ -44,6 +44,7 @@ struct SimWorker {
   Ms idle_since = 0;
   Ms added_at = 0;  // launched or unretired
   bool took_since_added = false;
+  Ms last_work = -1;  // last dispatch to it or finish on it; -1 never
 };
 
 class Sim {
@@ -82,6 +83,15 @@ class Sim {
     for (int i = w.held; i < o_.concurrency; ++i) ready_.push_back(w.id);
   }
   void DropSlots(const std::string& id) { std::erase(ready_, id); }
+  // Whether packed dispatch prefers `a` to `b`: holding work now beats
+  // idle, then the later last work, then the lower id.
+  static bool MoreRecent(const SimWorker& a, const SimWorker& b) {
+    const bool a_busy = a.held > 0;
+    const bool b_busy = b.held > 0;
+    if (a_busy != b_busy) return a_busy;
+    if (a.last_work != b.last_work) return a.last_work > b.last_work;
+    return a.id < b.id;
+  }
   void Dispatch(Ms t);
   void Poll(Ms t);
   Observation Snapshot(Ms t) const;
@@ -133,10 +143,19 @@ void Sim::Dispatch(Ms t) {
       id = ready_.front();
       ready_.pop_front();
     } else {
-      id = ready_.back();
-      ready_.pop_back();
+      // Packing: the free slot of the worker that most recently had work.
+      // Rejected: the most recently freed slot (ready_.back()), which sends
+      // work to a worker that just registered before a busy one with a
+      // free slot, spreading partial load again.
+      auto best = ready_.end();
+      for (auto it = ready_.begin(); it != ready_.end(); ++it) {
+        if (best == ready_.end() || MoreRecent(workers_.at(*it), workers_.at(*best))) best = it;
+      }
+      id = *best;
+      ready_.erase(best);
     }
     SimWorker& w = workers_.at(id);
+    w.last_work = t;
     const int b = queue_.front();
     queue_.pop_front();
     batches_[b].dispatched = t;
@@ -301,6 +320,7 @@ SimReport Sim::Run() {
       }
       SimWorker& w = wit->second;
       --w.held;
+      w.last_work = finish;
       if (w.held == 0) w.idle_since = finish;
       if (!w.retiring) ready_.push_back(id);
     }

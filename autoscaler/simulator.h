@@ -4,9 +4,11 @@
 // scale-down times) on synthetic or recorded traces.
 //
 // The simulated broker mirrors fleet-broker's semantics: a FIFO queue;
-// workers pull with `concurrency` slots; dispatch goes to the worker slot
-// that has been ready longest (round robin, as WorkerRegistry::NextReady);
-// idle seconds count from the last finish (or registration); retire-if-idle
+// workers pull with `concurrency` slots; dispatch packs (DispatchOrder::
+// kMostRecent, the default): a batch goes to the worker that most recently
+// had work and still has a free slot, so under partial load the surplus
+// workers stay idle and can be retired (kRoundRobin, the slot ready longest
+// first, is the older broker's order, kept as the contrast); idle seconds count from the last finish (or registration); retire-if-idle
 // is refused while the worker holds a batch; a retired idle worker exits
 // after `drain_seconds`, and can be unretired until then. The loop around
 // the policy mirrors the autoscaler's: observe, kill timed-out starts,
@@ -54,8 +56,19 @@ Trace SawtoothTrace(int cycles = 3, double peak_rate = 12, double ramp_seconds =
                     double gap_seconds = 30, double processing = 0.5);
 // A burst; then, `offset` seconds after the first retire, a second burst.
 Trace BurstAfterScaleDownTrace(int count = 100, double processing = 0.5, double offset = 0.5);
-// "burst", "steady", "sawtooth" or "burst-after-scale-down". Throws
-// std::invalid_argument for other names.
+// `workers` workers' worth of load (evenly spaced arrivals at
+// workers / processing per second, so exactly that many batches are in
+// flight once the pool has caught up) from `from` for `seconds`.
+Trace EvenTrace(double workers, double seconds, double processing = 0.5, double from = 0);
+// Evenly spaced load of `high_workers` workers' worth for `high_seconds`,
+// then a step down to `low_workers` workers' worth for `low_seconds`: the
+// pool must follow the load down (with packed dispatch) to about
+// `low_workers`. Evenly spaced so that "k workers' worth" means exactly k
+// batches in flight, not a Poisson mean whose peaks touch more workers.
+Trace StepDownTrace(double high_workers = 6, double low_workers = 2, double high_seconds = 120,
+                    double low_seconds = 180, double processing = 0.5);
+// "burst", "steady", "sawtooth", "burst-after-scale-down" or "step-down".
+// Throws std::invalid_argument for other names.
 Trace BuiltinTrace(std::string_view name);
 // CSV lines "arrival_seconds[,processing_seconds]"; '#' starts a comment, a
 // non-numeric first line is a header; a missing processing time is
@@ -64,8 +77,14 @@ Trace ParseCsvTrace(std::istream& in, double default_processing, std::string nam
 Trace LoadCsvTrace(const std::string& path, double default_processing);
 
 enum class DispatchOrder {
-  kRoundRobin,  // slot ready longest first: fleet-broker's order
-  kMostRecent,  // slot ready most recently first: packs work on few workers
+  // The slot that has been ready longest first: the older fleet-broker's
+  // order. Spreads partial load over every worker, so none stays idle long
+  // enough to be retired.
+  kRoundRobin,
+  // Packing, the broker's order: the worker that most recently had work
+  // (holding a batch now counts as most recent) and still has a free slot;
+  // workers that never had work come last. Ties go to the lower id.
+  kMostRecent,
 };
 
 struct SimOptions {
@@ -80,7 +99,7 @@ struct SimOptions {
   // The policy sees the broker as it was this many polls ago (metrics are
   // seconds old); >= 0.
   int metrics_lag_polls = 0;
-  DispatchOrder dispatch = DispatchOrder::kRoundRobin;
+  DispatchOrder dispatch = DispatchOrder::kMostRecent;
   // Metrics reads fail in [outage_from, outage_to) seconds (fresh = false;
   // the control API's queue depth is still available).
   double outage_from = -1;

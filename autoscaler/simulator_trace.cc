@@ -72,13 +72,36 @@ Trace BurstAfterScaleDownTrace(int count, double processing, double offset) {
   return t;
 }
 
+Trace EvenTrace(double workers, double seconds, double processing, double from) {
+  Trace t{"even", {}, {}};
+  if (!(workers > 0) || !(processing > 0) || !(seconds > 0)) return t;
+  const double gap = processing / workers;
+  // Counted, not accumulated: no drift over thousands of arrivals.
+  for (long i = 0;; ++i) {
+    const double at = static_cast<double>(i) * gap;
+    if (at >= seconds) break;
+    t.arrivals.push_back({from + at, processing});
+  }
+  return t;
+}
+
+Trace StepDownTrace(double high_workers, double low_workers, double high_seconds,
+                    double low_seconds, double processing) {
+  Trace t = EvenTrace(high_workers, high_seconds, processing);
+  t.name = "step-down";
+  const Trace low = EvenTrace(low_workers, low_seconds, processing, high_seconds);
+  t.arrivals.insert(t.arrivals.end(), low.arrivals.begin(), low.arrivals.end());
+  return t;
+}
+
 Trace BuiltinTrace(std::string_view name) {
   if (name == "burst") return BurstTrace();
   if (name == "steady") return SteadyTrace();
   if (name == "sawtooth") return SawtoothTrace();
   if (name == "burst-after-scale-down") return BurstAfterScaleDownTrace();
+  if (name == "step-down") return StepDownTrace();
   throw std::invalid_argument("unknown trace '" + std::string(name) +
-                              "' (burst, steady, sawtooth, burst-after-scale-down)");
+                              "' (burst, steady, sawtooth, burst-after-scale-down, step-down)");
 }
 
 Trace ParseCsvTrace(std::istream& in, double default_processing, std::string name) {

@@ -44,7 +44,7 @@ done
 JOBS=${JOBS:-$(nproc)}
 BUILD_PREFIX=${BUILD_PREFIX:-build-}
 supp="$src/tests/sanitizers"
-default_tsan_tests='^(CreditLedgerTest|EchoHandlerTest|SleepHandlerTest|Sha256HandlerTest|MakeHandlerTest|ExecHandlerTest|SlotPoolTest|WorkerProcessTest|HttpClientTest|DockerLauncherFakeTest|ProducerTest|ControlClientTest|SubmitCliTest|CtlCliTest|DataPathTest|GarbageTest|MetricsTest|LedgerFaultTest)\.'
+default_tsan_tests='^(CreditLedgerTest|EchoHandlerTest|SleepHandlerTest|Sha256HandlerTest|MakeHandlerTest|ExecHandlerTest|SlotPoolTest|WorkerProcessTest|HttpClientTest|DockerLauncherFakeTest|AutoscalerLoopTest|MetricsSourceTest|ProducerTest|ControlClientTest|SubmitCliTest|CtlCliTest|DataPathTest|GarbageTest|MetricsTest|LedgerFaultTest)\.'
 
 bash scripts/deps.sh
 

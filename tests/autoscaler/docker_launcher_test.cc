@@ -6,80 +6,33 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "tests/autoscaler/fake_docker_engine.h"
 #include "tests/support/http_server.h"
 #include "tests/support/process.h"
+#include "tests/support/wait.h"
 
 namespace fleet::autoscaler {
 namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
-using fleet::testing::Reply;
-using fleet::testing::Request;
-using fleet::testing::TestServer;
 
-// A scripted engine: answers by "METHOD target-prefix"; the longest matching
-// prefix wins. Defaults make a healthy engine with image and network.
-class FakeEngine {
- public:
-  explicit FakeEngine(const std::string& socket)
-      : server_([this](const Request& r) { return Answer(r); }, socket) {
-    Set("GET /_ping", 200, "OK");
-    Set("GET /version", 200, R"({"ApiVersion":"1.41","Version":"20.10.24"})");
-    Set("GET /v1.41/images/", 200, R"({"Id":"sha256:abc"})");
-    Set("GET /v1.41/networks/", 200, R"({"Name":"net"})");
-    Set("GET /v1.41/containers/json", 200, "[]");
-    Set("POST /v1.41/containers/create", 201, R"({"Id":"c1","Warnings":[]})");
-    Set("POST /v1.41/containers/c1/start", 204, "");
-    Set("POST /v1.41/containers/", 204, "");    // kill
-    Set("DELETE /v1.41/containers/", 204, "");  // remove
-  }
+using FakeEngine = testing::FakeDockerEngine;
 
-  void Set(const std::string& key, int status, const std::string& body) {
-    std::lock_guard<std::mutex> lock(mu_);
-    routes_[key] = {status, body};
+// Engine calls run on the launcher's own thread: lets it finish what it was
+// asked, then polls, `rounds` times (a Poll applies what finished and may
+// queue more: the list, then a reap). Returns every exit reported.
+std::vector<Exited> Settle(DockerLauncher& l, TimePoint now, int rounds = 3) {
+  std::vector<Exited> out;
+  for (int i = 0; i < rounds; ++i) {
+    EXPECT_TRUE(l.WaitIdle(std::chrono::seconds(20)));
+    for (Exited& e : l.Poll(now)) out.push_back(std::move(e));
   }
-  std::vector<Request> requests() const { return server_.requests(); }
-  // Requests whose "METHOD target" starts with `prefix`.
-  std::vector<std::string> Matching(const std::string& prefix) const {
-    std::vector<std::string> out;
-    for (const Request& r : server_.requests()) {
-      std::string line = r.method + " " + r.target;
-      if (line.rfind(prefix, 0) == 0) out.push_back(line);
-    }
-    return out;
-  }
-  std::string LastBody(const std::string& prefix) const {
-    std::string body;
-    for (const Request& r : server_.requests()) {
-      if ((r.method + " " + r.target).rfind(prefix, 0) == 0) body = r.body;
-    }
-    return body;
-  }
-
- private:
-  std::optional<std::string> Answer(const Request& r) {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::string line = r.method + " " + r.target;
-    const std::pair<int, std::string>* best = nullptr;
-    std::size_t best_len = 0;
-    for (const auto& [key, value] : routes_) {
-      if (line.rfind(key, 0) == 0 && key.size() >= best_len) {
-        best = &value;
-        best_len = key.size();
-      }
-    }
-    if (best == nullptr) return Reply(404, R"({"message":"page not found"})");
-    return Reply(best->first, best->second);
-  }
-
-  mutable std::mutex mu_;
-  std::map<std::string, std::pair<int, std::string>> routes_;
-  TestServer server_;  // last: stops before the routes go
-};
+  EXPECT_TRUE(l.WaitIdle(std::chrono::seconds(20)));
+  return out;
+}
 
 class DockerLauncherFakeTest : public ::testing::Test {
  protected:
@@ -197,6 +150,7 @@ TEST_F(DockerLauncherFakeTest, DockerMountsAreReadOnlyNonRecursiveBindsInTheTemp
   DockerLauncher l(o);
   std::string err;
   ASSERT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;
+  ASSERT_TRUE(l.WaitIdle(std::chrono::seconds(20)));
   // What the engine got, not only what CreateBody says.
   json body = json::parse(engine_.LastBody("POST /v1.41/containers/create"));
   const json& h = body["HostConfig"];
@@ -244,21 +198,25 @@ TEST_F(DockerLauncherFakeTest, StartCreatesAndStartsANamedContainer) {
   DockerLauncher l(Options());
   std::string err;
   ASSERT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;
-  EXPECT_EQ(engine_.Matching("POST /v1.41/containers/create?name=p1-w1").size(), 1u);
-  EXPECT_EQ(engine_.Matching("POST /v1.41/containers/c1/start").size(), 1u);
-  EXPECT_THAT(l.Alive(), ::testing::ElementsAre("w1"));
+  EXPECT_THAT(l.Alive(), ::testing::ElementsAre("w1"));  // booked at once
   EXPECT_FALSE(l.Start("w1", TimePoint{}, &err));
   EXPECT_THAT(err, HasSubstr("already started"));
+  ASSERT_TRUE(l.WaitIdle(std::chrono::seconds(20)));
+  EXPECT_EQ(engine_.Matching("POST /v1.41/containers/create?name=p1-w1").size(), 1u);
+  EXPECT_EQ(engine_.Matching("POST /v1.41/containers/c1/start").size(), 1u);
 }
 
-TEST_F(DockerLauncherFakeTest, RefusedCreateIsAnErrorAndStartsNothing) {
+TEST_F(DockerLauncherFakeTest, RefusedCreateComesBackFromPollAsAFailedStart) {
   engine_.Set("POST /v1.41/containers/create", 400,
               R"({"message":"Minimum memory limit allowed is 6MB"})");
   DockerLauncher l(Options());
   std::string err;
-  EXPECT_FALSE(l.Start("w1", TimePoint{}, &err));
-  EXPECT_THAT(err, HasSubstr("Minimum memory limit allowed is 6MB"));
-  EXPECT_THAT(err, HasSubstr("HTTP 400"));
+  EXPECT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;  // accepted: the engine answers later
+  std::vector<Exited> exited = Settle(l, TimePoint{}, 1);
+  ASSERT_EQ(exited.size(), 1u);
+  EXPECT_EQ(exited[0].id, "w1");
+  EXPECT_THAT(exited[0].error, HasSubstr("Minimum memory limit allowed is 6MB"));
+  EXPECT_THAT(exited[0].error, HasSubstr("HTTP 400"));
   EXPECT_TRUE(engine_.Matching("POST /v1.41/containers/c1/start").empty());
   EXPECT_TRUE(l.Alive().empty());
 }
@@ -268,10 +226,38 @@ TEST_F(DockerLauncherFakeTest, FailedStartRemovesTheCreatedContainer) {
               R"({"message":"driver failed programming external connectivity"})");
   DockerLauncher l(Options());
   std::string err;
-  EXPECT_FALSE(l.Start("w1", TimePoint{}, &err));
-  EXPECT_THAT(err, HasSubstr("driver failed"));
+  EXPECT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;
+  std::vector<Exited> exited = Settle(l, TimePoint{}, 1);
+  ASSERT_EQ(exited.size(), 1u);
+  EXPECT_THAT(exited[0].error, HasSubstr("driver failed"));
   EXPECT_EQ(engine_.Matching("DELETE /v1.41/containers/c1?force=true").size(), 1u);
   EXPECT_TRUE(l.Alive().empty());
+}
+
+TEST_F(DockerLauncherFakeTest, SlowEngineHoldsNeitherStartNorPoll) {
+  // A busy engine takes seconds per create; this one does not answer at
+  // all until released. Start and Poll must return all the same.
+  engine_.Set("GET /v1.41/containers/json", 200,
+              R"([{"Id":"c1","State":"running","Labels":{"fleet.pool":"p1","fleet.worker-id":"w1"}}])");
+  DockerLauncher l(Options());
+  engine_.Hold("POST /v1.41/containers/create");
+  std::string err;
+  ASSERT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;
+  ASSERT_TRUE(fleet::testing::WaitFor(
+      [&] { return !engine_.Matching("POST /v1.41/containers/create").empty(); }));
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(l.Poll(TimePoint{} + Seconds(i)).empty());
+  ASSERT_TRUE(l.Start("w2", TimePoint{}, &err)) << err;  // queued behind the first
+  EXPECT_THAT(l.Alive(), ::testing::ElementsAre("w1", "w2"));
+  EXPECT_FALSE(l.WaitIdle(std::chrono::milliseconds(0)));
+  // Start, Poll and Start again all returned while the create was held.
+  EXPECT_EQ(engine_.Answered("POST /v1.41/containers/create"), 0);
+
+  engine_.Release();
+  // (This fake engine names every container c1 and lists it running.)
+  EXPECT_TRUE(Settle(l, TimePoint{} + Seconds(3)).empty());
+  EXPECT_EQ(engine_.Answered("POST /v1.41/containers/create"), 2);
+  EXPECT_EQ(engine_.Matching("POST /v1.41/containers/c1/start").size(), 2u);
+  EXPECT_THAT(l.Alive(), ::testing::Contains("w1"));
 }
 
 std::string ListEntry(const std::string& id, const std::string& state, const std::string& pool,
@@ -282,21 +268,19 @@ std::string ListEntry(const std::string& id, const std::string& state, const std
 }
 
 TEST_F(DockerLauncherFakeTest, PollReapsAdoptsAndCleansOnlyItsPool) {
+  // The engine's containers (it drops one when it is removed).
+  engine_.SetContainers({ListEntry("c1", "exited", "p1", "w1"), ListEntry("c2", "running", "p1", "w2"),
+                         ListEntry("c3", "exited", "p1", "w3"), ListEntry("c4", "exited", "other", "w4"),
+                         ListEntry("c5", "running", "p1", "")});
+  engine_.Set("GET /v1.41/containers/c1/json", 200, R"({"State":{"ExitCode":137}})");
   DockerLauncher l(Options());
   std::string err;
   ASSERT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;
-  engine_.Set("GET /v1.41/containers/json",
-              200,
-              "[" + ListEntry("c1", "exited", "p1", "w1") + "," +
-                  ListEntry("c2", "running", "p1", "w2") + "," +
-                  ListEntry("c3", "exited", "p1", "w3") + "," +
-                  ListEntry("c4", "exited", "other", "w4") + "," +
-                  ListEntry("c5", "running", "p1", "") + "]");
-  engine_.Set("GET /v1.41/containers/c1/json", 200, R"({"State":{"ExitCode":137}})");
-  std::vector<Exited> exited = l.Poll(TimePoint{});
+  std::vector<Exited> exited = Settle(l, TimePoint{}, 4);
   ASSERT_EQ(exited.size(), 1u);
   EXPECT_EQ(exited[0].id, "w1");
   EXPECT_EQ(exited[0].status, 137);
+  EXPECT_TRUE(exited[0].error.empty());
   EXPECT_THAT(l.TakeAdopted(), ::testing::ElementsAre("w2"));
   EXPECT_TRUE(l.TakeAdopted().empty());
   EXPECT_THAT(l.Alive(), ::testing::ElementsAre("w2"));
@@ -315,44 +299,59 @@ TEST_F(DockerLauncherFakeTest, PollReapsAdoptsAndCleansOnlyItsPool) {
 
 TEST_F(DockerLauncherFakeTest, StopWaitsTheGraceThenTermsThenKills) {
   DockerLauncher l(Options());
+  engine_.Set("GET /v1.41/containers/json", 200, "[" + ListEntry("c1", "running", "p1", "w1") + "]");
   std::string err;
   ASSERT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;
-  engine_.Set("GET /v1.41/containers/json", 200, "[" + ListEntry("c1", "running", "p1", "w1") + "]");
   const TimePoint t0 = TimePoint{} + Seconds(100);
   l.Stop("w1", Seconds(5), t0);
-  l.Poll(t0 + Seconds(4));
+  Settle(l, t0 + Seconds(4));
   EXPECT_TRUE(engine_.Matching("POST /v1.41/containers/c1/kill").empty());
-  l.Poll(t0 + Seconds(5));
+  Settle(l, t0 + Seconds(5));
   EXPECT_THAT(engine_.Matching("POST /v1.41/containers/c1/kill"),
               ::testing::ElementsAre("POST /v1.41/containers/c1/kill?signal=SIGTERM"));
   l.CancelStop("w1");  // too late: it was signalled
-  l.Poll(t0 + Seconds(10));
+  Settle(l, t0 + Seconds(10));
   EXPECT_THAT(engine_.Matching("POST /v1.41/containers/c1/kill"),
               ::testing::ElementsAre("POST /v1.41/containers/c1/kill?signal=SIGTERM",
                                      "POST /v1.41/containers/c1/kill?signal=SIGKILL"));
 }
 
-TEST_F(DockerLauncherFakeTest, CancelledStopSendsNothing) {
+TEST_F(DockerLauncherFakeTest, StopOfAWorkerWhoseStartIsStillRunningWaitsForItsContainer) {
+  engine_.Set("GET /v1.41/containers/json", 200, "[" + ListEntry("c1", "running", "p1", "w1") + "]");
   DockerLauncher l(Options());
+  engine_.Hold("POST /v1.41/containers/create");
   std::string err;
   ASSERT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;
+  l.Stop("w1", Seconds(1), TimePoint{});
+  EXPECT_TRUE(l.Poll(TimePoint{} + Seconds(1)).empty());  // no container to signal yet
+  EXPECT_TRUE(engine_.Matching("POST /v1.41/containers/c1/kill").empty());
+  engine_.Release();
+  Settle(l, TimePoint{} + Millis(1500));
+  EXPECT_THAT(engine_.Matching("POST /v1.41/containers/c1/kill"),
+              ::testing::ElementsAre("POST /v1.41/containers/c1/kill?signal=SIGTERM"));
+}
+
+TEST_F(DockerLauncherFakeTest, CancelledStopSendsNothing) {
+  DockerLauncher l(Options());
   engine_.Set("GET /v1.41/containers/json", 200, "[" + ListEntry("c1", "running", "p1", "w1") + "]");
+  std::string err;
+  ASSERT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;
   l.Stop("w1", Seconds(5), TimePoint{});
   l.CancelStop("w1");
-  l.Poll(TimePoint{} + Seconds(60));
+  Settle(l, TimePoint{} + Seconds(60));
   EXPECT_TRUE(engine_.Matching("POST /v1.41/containers/c1/kill").empty());
   EXPECT_THAT(l.Alive(), ::testing::ElementsAre("w1"));
 }
 
 TEST_F(DockerLauncherFakeTest, EngineOutageInPollDecidesNothing) {
   DockerLauncher l(Options());
+  engine_.Set("GET /v1.41/containers/json", 500, R"({"message":"busy"})");
   std::string err;
   ASSERT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;
-  engine_.Set("GET /v1.41/containers/json", 500, R"({"message":"busy"})");
-  EXPECT_TRUE(l.Poll(TimePoint{}).empty());
+  EXPECT_TRUE(Settle(l, TimePoint{}).empty());
   EXPECT_THAT(l.Alive(), ::testing::ElementsAre("w1"));
   engine_.Set("GET /v1.41/containers/json", 200, "not json");
-  EXPECT_TRUE(l.Poll(TimePoint{}).empty());
+  EXPECT_TRUE(Settle(l, TimePoint{}).empty());
   EXPECT_THAT(l.Alive(), ::testing::ElementsAre("w1"));
 }
 
@@ -360,7 +359,7 @@ TEST_F(DockerLauncherFakeTest, ContainerRemovedBehindItsBackCountsAsExited) {
   DockerLauncher l(Options());
   std::string err;
   ASSERT_TRUE(l.Start("w1", TimePoint{}, &err)) << err;
-  std::vector<Exited> exited = l.Poll(TimePoint{});  // the list is empty
+  std::vector<Exited> exited = Settle(l, TimePoint{});  // the list is empty
   ASSERT_EQ(exited.size(), 1u);
   EXPECT_EQ(exited[0].id, "w1");
   EXPECT_TRUE(l.Alive().empty());

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <string>
+#include <thread>
 
 #include "tests/support/http_server.h"
 
@@ -68,10 +69,10 @@ TEST(MetricsSourceTest, PageWithoutBrokerSeriesIsNotFresh) {
 
 TEST(MetricsSourceTest, UnreachableBrokerGivesAnErrorNotAnException) {
   ScrapeSource s("http://127.0.0.1:1/metrics", std::chrono::milliseconds(500));
-  std::string error;
-  Observation obs = s.Read(&error);
-  EXPECT_FALSE(obs.fresh);
-  EXPECT_FALSE(error.empty());
+  MetricsRead read = s.Read();
+  EXPECT_FALSE(read.obs.fresh);
+  EXPECT_FALSE(read.error.empty());
+  EXPECT_FALSE(read.timed_out);  // refused at once: an error, not a timeout
 }
 
 TEST(MetricsSourceTest, SpecChoosesTheSource) {
@@ -132,18 +133,18 @@ TestServer ProtectedServer(std::string body) {
 
 TEST(MetricsSourceTest, ScrapeSourceSendsBasicAuthAndNamesTheFlagOn401) {
   TestServer server = ProtectedServer(kBrokerPage);
-  std::string error;
   ScrapeSource with(server.url() + "/metrics", std::chrono::milliseconds(5000),
                     std::chrono::milliseconds(10000), BasicAuth{"prom", "s3cret pass"});
-  EXPECT_TRUE(with.Read(&error).fresh) << error;
+  MetricsRead read = with.Read();
+  EXPECT_TRUE(read.obs.fresh) << read.error;
   ScrapeSource wrong(server.url() + "/metrics", std::chrono::milliseconds(5000),
                      std::chrono::milliseconds(10000), BasicAuth{"prom", "wrong"});
-  EXPECT_FALSE(wrong.Read(&error).fresh);
+  EXPECT_FALSE(wrong.Read().obs.fresh);
   ScrapeSource without(server.url() + "/metrics", std::chrono::milliseconds(5000));
-  error.clear();
-  EXPECT_FALSE(without.Read(&error).fresh);
-  EXPECT_NE(error.find("401"), std::string::npos) << error;
-  EXPECT_NE(error.find("--metrics-source-auth-file"), std::string::npos) << error;
+  read = without.Read();
+  EXPECT_FALSE(read.obs.fresh);
+  EXPECT_NE(read.error.find("401"), std::string::npos) << read.error;
+  EXPECT_NE(read.error.find("--metrics-source-auth-file"), std::string::npos) << read.error;
 }
 
 TEST(MetricsSourceTest, PrometheusSourceSendsBasicAuthWithEveryQuery) {
@@ -157,18 +158,53 @@ TEST(MetricsSourceTest, PrometheusSourceSendsBasicAuthWithEveryQuery) {
   auto source = MakeMetricsSource("prometheus:" + server.url(), std::chrono::milliseconds(5000),
                                   std::chrono::milliseconds(60000),
                                   BasicAuth{"prom", "s3cret pass"});
-  std::string error;
-  EXPECT_TRUE(source->Read(&error).fresh) << error;
+  MetricsRead read = source->Read();
+  EXPECT_TRUE(read.obs.fresh) << read.error;
   auto requests = server.requests();
   ASSERT_GT(requests.size(), 1u);
   for (const auto& r : requests) EXPECT_EQ(r.headers.at("authorization"), kRightAuth) << r.target;
 
   auto without = MakeMetricsSource("prometheus:" + server.url(), std::chrono::milliseconds(5000),
                                    std::chrono::milliseconds(60000));
-  error.clear();
-  EXPECT_FALSE(without->Read(&error).fresh);
-  EXPECT_NE(error.find("401"), std::string::npos) << error;
-  EXPECT_NE(error.find("--metrics-source-auth-file"), std::string::npos) << error;
+  read = without->Read();
+  EXPECT_FALSE(read.obs.fresh);
+  EXPECT_NE(read.error.find("401"), std::string::npos) << read.error;
+  EXPECT_NE(read.error.find("--metrics-source-auth-file"), std::string::npos) << read.error;
+}
+
+// A Prometheus answer to any query: one sample whose value is "now".
+std::string NowAnswer() {
+  double now = std::chrono::duration<double>(
+                   std::chrono::system_clock::now().time_since_epoch()).count();
+  return R"({"status":"success","data":{"resultType":"vector","result":[)"
+         R"({"metric":{},"value":[)" + std::to_string(now) + R"(,")" + std::to_string(now) +
+         R"("]}]}})";
+}
+
+TEST(MetricsSourceTest, PrometheusQueriesShareOneDeadline) {
+  // Each query is answered, but only after 40 % of the timeout: a timeout
+  // per query would let the read's ten queries take four timeouts and
+  // succeed. One deadline for the whole read cuts it at the third query.
+  const auto timeout = std::chrono::milliseconds(500);
+  TestServer server([timeout](const Request&) {
+    std::this_thread::sleep_for(timeout * 2 / 5);  // the slow server, not a wait of the test
+    return std::optional<std::string>(Reply(200, NowAnswer()));
+  });
+  PrometheusSource source(server.url(), timeout, std::chrono::milliseconds(60000));
+  MetricsRead read = source.Read();
+  EXPECT_FALSE(read.obs.fresh);
+  EXPECT_TRUE(read.timed_out) << read.error;
+  EXPECT_NE(read.error.find("--metrics-timeout"), std::string::npos) << read.error;
+  EXPECT_LE(server.requests().size(), 3u);
+}
+
+TEST(MetricsSourceTest, ScrapeThatNeverAnswersTimesOutAndSaysSo) {
+  TestServer server([](const Request&) { return std::optional<std::string>(); });
+  ScrapeSource source(server.url() + "/metrics", std::chrono::milliseconds(200));
+  MetricsRead read = source.Read();
+  EXPECT_FALSE(read.obs.fresh);
+  EXPECT_TRUE(read.timed_out);
+  EXPECT_NE(read.error.find("--metrics-timeout"), std::string::npos) << read.error;
 }
 
 }  // namespace

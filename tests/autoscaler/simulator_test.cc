@@ -6,6 +6,8 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace fleet::autoscaler {
 namespace {
@@ -49,7 +51,8 @@ INSTANTIATE_TEST_SUITE_P(
     Traces, SimulatorTraceTest,
     testing::Combine(testing::Values(TraceCase{"burst", 1}, TraceCase{"steady", 2},
                                      TraceCase{"sawtooth", 6},
-                                     TraceCase{"burst-after-scale-down", 3}),
+                                     TraceCase{"burst-after-scale-down", 3},
+                                     TraceCase{"step-down", 3}),
                      testing::Values(PolicyKind::kBacklog, PolicyKind::kThroughput)),
     [](const auto& info) {
       std::string name = std::string(std::get<0>(info.param).trace) + "_" +
@@ -88,6 +91,98 @@ TEST(SimulatorTest, BurstRightAfterScaleDownTakesRetiringWorkersBack) {
   EXPECT_EQ(r.launches, 8);  // the second burst cold-started nobody
   EXPECT_EQ(r.retired_while_holding, 0);
   EXPECT_LE(r.reaction_max_seconds, 2.0 + 1.02);
+}
+
+// The pool size each decision saw (starting + running), by time.
+struct PoolSeries {
+  std::vector<std::pair<double, int>> points;
+  // First time >= `from` at which the pool was <= `most`; NaN if never.
+  double FirstAtMost(double from, int most) const {
+    for (const auto& [t, pool] : points) {
+      if (t >= from && pool <= most) return t;
+    }
+    return std::nan("");
+  }
+  // Largest and smallest pool seen in [from, to).
+  int Max(double from, double to) const {
+    int m = -1;
+    for (const auto& [t, pool] : points) {
+      if (t >= from && t < to) m = std::max(m, pool);
+    }
+    return m;
+  }
+  int Min(double from, double to) const {
+    int m = 1 << 30;
+    for (const auto& [t, pool] : points) {
+      if (t >= from && t < to) m = std::min(m, pool);
+    }
+    return m;
+  }
+};
+
+SimOptions Recording(SimOptions o, PoolSeries* series) {
+  o.on_decision = [series](double t, const Decision& d) { series->points.emplace_back(t, d.pool); };
+  return o;
+}
+
+constexpr double kHigh = 6;       // workers' worth of load before the step
+constexpr int kLow = 2;           // ... and after it
+constexpr double kStepAt = 120;   // seconds
+constexpr double kLowFor = 180;   // seconds of low load
+
+TEST(SimulatorTest, PackedDispatchFollowsAStepDownWithinIdlePlusStabilizationPlusAPoll) {
+  const SimOptions base = Options(PolicyKind::kBacklog);
+  ASSERT_EQ(base.dispatch, DispatchOrder::kMostRecent);  // the default: the broker packs
+  PoolSeries pool;
+  const SimReport r =
+      Simulate(StepDownTrace(kHigh, kLow, kStepAt, kLowFor, 0.5), Recording(base, &pool));
+  SCOPED_TRACE(r.ToKeyValues());
+  EXPECT_EQ(r.completed, r.batches);
+  EXPECT_EQ(r.retired_while_holding, 0);
+  EXPECT_EQ(r.retire_refused, 0);  // packed: the idle ones really are idle
+  // Before the step the pool carries the high load.
+  EXPECT_GE(pool.Max(kStepAt - 10, kStepAt), static_cast<int>(kHigh));
+  const double bound =
+      Secs(base.policy.idle) + Secs(base.policy.stabilization) + Secs(base.policy.poll);
+  const double reached = pool.FirstAtMost(kStepAt, kLow + 1);
+  ASSERT_FALSE(std::isnan(reached)) << "the pool never followed the load down";
+  EXPECT_LE(reached - kStepAt, bound);
+  // And it stays there while the low load lasts, without starving it.
+  EXPECT_LE(pool.Max(reached, kStepAt + kLowFor), kLow + 1);
+  EXPECT_GE(pool.Min(reached, kStepAt + kLowFor), kLow);
+}
+
+TEST(SimulatorTest, RoundRobinDispatchKeepsEveryWorkerBusyEnoughNeverToShrinkOnAStepDown) {
+  // The contrast: the older broker's order hands the low load to every
+  // worker in turn, so none is ever idle for --idle-seconds.
+  SimOptions o = Options(PolicyKind::kBacklog);
+  o.dispatch = DispatchOrder::kRoundRobin;
+  PoolSeries pool;
+  const SimReport r =
+      Simulate(StepDownTrace(kHigh, kLow, kStepAt, kLowFor, 0.5), Recording(o, &pool));
+  SCOPED_TRACE(r.ToKeyValues());
+  EXPECT_EQ(r.completed, r.batches);
+  EXPECT_EQ(r.retired_while_holding, 0);
+  EXPECT_GT(pool.Min(kStepAt, kStepAt + kLowFor), static_cast<int>(kHigh) - 1);
+}
+
+TEST(SimulatorTest, SteadyLoadAtHalfThePoolsCapacitySettlesAtNeededPlusOne) {
+  SimOptions o = Options(PolicyKind::kBacklog);
+  o.policy.initial_workers = o.policy.max_workers;  // 8 workers ...
+  const double needed = o.policy.max_workers / 2.0;  // ... for 4 workers' worth
+  const double seconds = 300;
+  PoolSeries pool;
+  const SimReport r = Simulate(EvenTrace(needed, seconds, 0.5), Recording(o, &pool));
+  SCOPED_TRACE(r.ToKeyValues());
+  EXPECT_EQ(r.completed, r.batches);
+  EXPECT_EQ(r.retired_while_holding, 0);
+  // Settled: from idle + stabilization + a start-up and a poll on (the
+  // initial pool registers after a start-up) to the end of the load.
+  const double settled = Secs(o.policy.idle) + Secs(o.policy.stabilization) +
+                         o.startup_seconds + Secs(o.policy.poll);
+  EXPECT_LE(pool.Max(settled, seconds), static_cast<int>(needed) + 1);
+  EXPECT_GE(pool.Min(settled, seconds), static_cast<int>(needed));
+  EXPECT_LE(r.p95_wait_seconds, 0.5);
 }
 
 TEST(SimulatorTest, StartFailuresBackOffAndTheTraceStillCompletes) {
@@ -178,6 +273,7 @@ TEST(SimulatorTest, RejectsBadCsvLinesAndUnknownTraces) {
     EXPECT_THROW(ParseCsvTrace(in, 0.5), std::runtime_error) << text;
   }
   EXPECT_THROW(BuiltinTrace("tsunami"), std::invalid_argument);
+  EXPECT_EQ(BuiltinTrace("step-down").name, "step-down");
 }
 
 TEST(SimulatorTest, RejectsATickThatDoesNotDivideThePoll) {

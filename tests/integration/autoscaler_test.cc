@@ -13,9 +13,11 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "tests/support/cluster.h"
 #include "tests/support/http_get.h"
+#include "tests/support/http_server.h"
 #include "tests/support/wait.h"
 
 namespace fleet::testing {
@@ -374,6 +376,71 @@ TEST_F(AutoscalerTest, CrashingWorkerBackoffPreventsALaunchStorm) {
       << page;
   scaler->Signal(SIGTERM);
   ASSERT_TRUE(scaler->Wait(seconds(30)).has_value());
+}
+
+// Sum of every series of `name` on a Prometheus text page.
+double PageSum(const std::string& page, const std::string& name) {
+  std::istringstream in(page);
+  std::string line;
+  double sum = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind(name, 0) != 0) continue;
+    const char next = line.size() > name.size() ? line[name.size()] : '\0';
+    if (next == ' ' || next == '{') sum += std::atof(line.c_str() + line.rfind(' ') + 1);
+  }
+  return sum;
+}
+
+// The loop never waits on the outside world: its metrics source never
+// answers (a server that holds every request open) and each start command
+// takes 5 s. Its own /metrics keeps answering and its decisions counter
+// grows by many polls' worth while not one read has been answered; the
+// read that runs into --metrics-timeout is counted, and the decisions go
+// on after it too.
+TEST_F(AutoscalerTest, SilentMetricsSourceAndSlowStartsNeverHoldItsDecisions) {
+  TestServer silent([](const Request&) { return std::optional<std::string>(); });
+  auto scaler = StartAutoscaler("autoscaler.log",
+                                {{"--metrics-source", silent.url() + "/metrics"},
+                                 {"--metrics-timeout", "3"},
+                                 {"--launcher", "command"},
+                                 {"--start-command", "sleep 5"},
+                                 {"--worker-args", ""}});
+  // Work waits at the broker: the control stats drive a scale-up.
+  Process submit({Bin("fleet-submit"), "--broker", c_.frontend(), "--count", "8",
+                  "--timeout-seconds", "120"},
+                 c_.dir().File("submit.log"));
+  std::string log;
+  ASSERT_TRUE(WaitFor([&] {
+    log = ReadFile(c_.dir().File("autoscaler.log"));
+    return log.find("own metrics ") != std::string::npos;
+  }));
+  auto at = log.find("own metrics ");
+  const std::string url = log.substr(at + 12, log.find(';', at) - at - 12);
+  auto decisions = [&] { return PageSum(HttpGet(url), "fleet_autoscaler_decisions_total"); };
+  const double then = decisions();
+  // 10 polls of 200 ms; the bound is for a machine that is very slow.
+  ASSERT_TRUE(WaitFor([&] { return decisions() >= then + 10; }, seconds(60)))
+      << ReadFile(c_.dir().File("autoscaler.log"));
+  ASSERT_FALSE(silent.requests().empty());  // the reads went out, and none came back
+  std::string page = HttpGet(url);
+  EXPECT_GE(PageValue(page, "fleet_autoscaler_workers_launched_total"), 1) << page;
+  // The first read runs into its 3 s deadline: counted once, and the
+  // decisions go on.
+  ASSERT_TRUE(WaitFor(
+      [&] { return PageValue(HttpGet(url), "fleet_autoscaler_metric_source_timeouts_total") >= 1; },
+      seconds(60)))
+      << ReadFile(c_.dir().File("autoscaler.log"));
+  const double after = decisions();
+  ASSERT_TRUE(WaitFor([&] { return decisions() >= after + 5; }, seconds(60)));
+  log = ReadFile(c_.dir().File("autoscaler.log"));
+  EXPECT_NE(log.find("timed out: no complete answer within 3000 ms (--metrics-timeout)"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(c_.StatValue("workers_retired"), 0);
+  scaler->Signal(SIGTERM);
+  EXPECT_TRUE(scaler->Wait(seconds(30)).has_value());
+  submit.Signal(SIGTERM);
+  submit.Wait(seconds(30));
 }
 
 std::unique_ptr<Process> AutoscalerTest::StartPrometheus(const std::string& scrape_extra,

@@ -222,7 +222,12 @@ TEST_F(DockerLauncherEngineTest, NewLauncherAdoptsRunningAndRemovesExitedOfItsPo
       seconds(60)));
 
   DockerLauncher second(Options(GoodArgs()));
+  // Engine calls run off the caller's thread: the first Poll asks for the
+  // list, the second applies it (adopting, queueing the removal).
   EXPECT_TRUE(second.Poll(SteadyClock().Now()).empty());
+  ASSERT_TRUE(second.WaitIdle(std::chrono::milliseconds(30000)));
+  EXPECT_TRUE(second.Poll(SteadyClock().Now()).empty());
+  ASSERT_TRUE(second.WaitIdle(std::chrono::milliseconds(30000)));
   EXPECT_THAT(second.TakeAdopted(), ::testing::ElementsAre("a-1"));
   EXPECT_THAT(second.Alive(), ::testing::ElementsAre("a-1"));
   EXPECT_TRUE(Inspect(pool_ + "-a-2", dir_).is_null()) << "exited container of the pool kept";

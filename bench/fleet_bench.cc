@@ -203,6 +203,39 @@ int Throughput(const FleetOptions& o, const ProducerOptions& p) {
   return 0;
 }
 
+// Where a batch's time went, from the broker's histograms on `page`: the
+// bucket bound under which `q` of the batches fall (an upper bound, at the
+// histogram's resolution), for the queue wait (accepted -> dispatched) and
+// the processing (dispatched -> result, which includes the wait in the
+// worker's prefetch line and the trip back).
+json BrokerSplit(const std::string& page, double q) {
+  json out = json::object();
+  for (const char* family : {"fleet_batch_wait_seconds", "fleet_batch_processing_seconds"}) {
+    std::vector<std::pair<double, double>> buckets;  // (le, cumulative count)
+    const std::string prefix = std::string(family) + "_bucket{le=\"";
+    for (std::size_t at = page.find(prefix); at != std::string::npos;
+         at = page.find(prefix, at + 1)) {
+      const std::size_t le_at = at + prefix.size();
+      const std::string le = page.substr(le_at, page.find('"', le_at) - le_at);
+      const double count = std::atof(page.c_str() + page.find(' ', le_at) + 1);
+      buckets.emplace_back(le == "+Inf" ? 1e9 : std::atof(le.c_str()), count);
+    }
+    if (buckets.empty() || buckets.back().second <= 0) continue;
+    const double total = buckets.back().second;
+    double bound = buckets.back().first;
+    for (const auto& [le, count] : buckets) {
+      if (count >= q * total) {
+        bound = le;
+        break;
+      }
+    }
+    out[std::string(family) == "fleet_batch_wait_seconds" ? "broker_wait_p99_le_ms"
+                                                          : "processing_p99_le_ms"] =
+        bound * 1000;
+  }
+  return out;
+}
+
 int Latency(const FleetOptions& o, double rate, double seconds, std::size_t per_message) {
   Cluster c;
   StartFleet(c, o);
@@ -277,6 +310,9 @@ int Latency(const FleetOptions& o, double rate, double seconds, std::size_t per_
             {"achieved_rate", static_cast<double>(next) / std::max(seconds, elapsed - 0.0)},
             {"lost", total - lat.size()},
             {"failed", failed}});
+  // The broker refreshes its histograms within 20 ms of activity.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  r.update(BrokerSplit(fleet::testing::HttpGet(c.metrics()), 0.99));
   PrintResult(r);
   return lat.size() == total && failed == 0 ? 0 : 1;
 }

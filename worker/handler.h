@@ -47,6 +47,12 @@ class Handler {
   virtual void Abort() {}
 
   virtual std::string_view name() const = 0;
+
+  // True for a handler that never blocks and takes microseconds per
+  // kilobyte (echo, sha256): the worker runs it on its loop thread, as the
+  // batch arrives, instead of handing it to a slot thread and taking the
+  // result back over a socket (a thread wake-up each way).
+  virtual bool runs_inline() const { return false; }
 };
 
 // "timed out after 0.5s": the one wording every handler uses.
@@ -57,6 +63,7 @@ class EchoHandler : public Handler {
  public:
   HandlerOutput Run(std::string payload, Timeout timeout) override;
   std::string_view name() const override { return "echo"; }
+  bool runs_inline() const override { return true; }
 };
 
 // Payload: a decimal number of milliseconds (surrounding whitespace allowed,
@@ -74,6 +81,7 @@ class Sha256Handler : public Handler {
  public:
   HandlerOutput Run(std::string payload, Timeout timeout) override;
   std::string_view name() const override { return "sha256"; }
+  bool runs_inline() const override { return true; }
 };
 
 // Lowercase hex SHA-256 of `data`. Throws std::runtime_error only if OpenSSL

@@ -78,6 +78,62 @@ std::optional<Completion> Completion::Receive(zmq::socket_t& pull) {
   return std::nullopt;
 }
 
+Completion Completion::Run(Handler& handler, Task task, Timeout timeout,
+                           std::size_t max_result_bytes, std::size_t max_error_bytes) {
+  const auto start = std::chrono::steady_clock::now();
+  HandlerOutput out;
+  try {
+    out = handler.Run(std::move(task.payload), timeout);
+  } catch (const std::bad_alloc&) {
+    out = HandlerOutput::Failed("handler ran out of memory");
+  } catch (const std::exception& e) {
+    out = HandlerOutput::Failed(std::string("handler threw: ") + e.what());
+  }
+  const Timeout took = std::chrono::steady_clock::now() - start;
+  if (out.ok && timeout.count() > 0 && took > timeout) {
+    out = HandlerOutput::Failed(TimeoutError(timeout));
+  }
+  if (out.ok && out.result.size() > max_result_bytes) {
+    out = HandlerOutput::Failed("result of " + std::to_string(out.result.size()) +
+                                " bytes exceeds the maximum of " +
+                                std::to_string(max_result_bytes));
+  }
+  if (out.error.size() > max_error_bytes) {
+    out.error.resize(max_error_bytes);
+    out.error += "...";
+  }
+  spdlog::debug("batch {} attempt {} {} in {:.3f}s", task.id, task.attempt,
+                out.ok ? "ok" : "failed", took.count());
+
+  Completion c;
+  c.attempt_ = task.attempt;
+  c.ok_ = out.ok;
+  c.seconds_ = took.count();
+  c.id_size_ = static_cast<std::uint32_t>(task.id.size());
+  const std::uint8_t ok = out.ok ? 1 : 0;
+  c.header_.rebuild(kIdAt + task.id.size() + out.error.size());
+  auto* h = static_cast<char*>(c.header_.data());
+  std::memcpy(h, &c.attempt_, 4);
+  std::memcpy(h + 4, &ok, 1);
+  std::memcpy(h + 5, &c.seconds_, 8);
+  std::memcpy(h + 13, &c.id_size_, 4);
+  std::memcpy(h + kIdAt, task.id.data(), task.id.size());
+  std::memcpy(h + kIdAt + task.id.size(), out.error.data(), out.error.size());
+  c.result_ = AdoptString(std::move(out.result));
+  return c;
+}
+
+void Completion::Send(zmq::socket_t& push) {
+  // Blocking sends: inproc to a live PULL with no HWM never blocks for
+  // long, and a completion must never be dropped.
+  push.send(header_, zmq::send_flags::sndmore);
+  // After both frames are built (the adopted result's string too, which
+  // the loop frees): the loop cannot receive any frame before the last
+  // one is sent (multipart messages arrive whole).
+  HandoffRelease();
+  push.send(result_, zmq::send_flags::none);
+}
+
 SlotPool::SlotPool(zmq::context_t& context, const std::string& results_endpoint,
                    Handler& handler, int slots, Timeout timeout,
                    std::size_t max_result_bytes, std::size_t max_error_bytes)
@@ -160,51 +216,9 @@ void SlotPool::SlotMain(zmq::context_t& context, const std::string& endpoint) {
       queue_.pop_front();
     }
 
-    const auto start = std::chrono::steady_clock::now();
-    HandlerOutput out;
-    try {
-      out = handler_.Run(std::move(task.payload), timeout_);
-    } catch (const std::bad_alloc&) {
-      out = HandlerOutput::Failed("handler ran out of memory");
-    } catch (const std::exception& e) {
-      out = HandlerOutput::Failed(std::string("handler threw: ") + e.what());
-    }
-    const Timeout took = std::chrono::steady_clock::now() - start;
-    if (out.ok && timeout_.count() > 0 && took > timeout_) {
-      out = HandlerOutput::Failed(TimeoutError(timeout_));
-    }
-    if (out.ok && out.result.size() > max_result_bytes_) {
-      out = HandlerOutput::Failed("result of " + std::to_string(out.result.size()) +
-                                  " bytes exceeds the maximum of " +
-                                  std::to_string(max_result_bytes_));
-    }
-    if (out.error.size() > max_error_bytes_) {
-      out.error.resize(max_error_bytes_);
-      out.error += "...";
-    }
-    spdlog::debug("batch {} attempt {} {} in {:.3f}s", task.id, task.attempt,
-                  out.ok ? "ok" : "failed", took.count());
-
-    // Blocking sends: inproc to a live PULL with no HWM never blocks for
-    // long, and a completion must never be dropped.
-    const std::uint8_t ok = out.ok ? 1 : 0;
-    const double seconds = took.count();
-    const auto id_size = static_cast<std::uint32_t>(task.id.size());
-    zmq::message_t header(Completion::kIdAt + task.id.size() + out.error.size());
-    auto* h = static_cast<char*>(header.data());
-    std::memcpy(h, &task.attempt, 4);
-    std::memcpy(h + 4, &ok, 1);
-    std::memcpy(h + 5, &seconds, 8);
-    std::memcpy(h + 13, &id_size, 4);
-    std::memcpy(h + Completion::kIdAt, task.id.data(), task.id.size());
-    std::memcpy(h + Completion::kIdAt + task.id.size(), out.error.data(), out.error.size());
-    zmq::message_t result = AdoptString(std::move(out.result));
-    push.send(header, zmq::send_flags::sndmore);
-    // After both frames are built (the adopted result's string too, which
-    // the loop frees): the loop cannot receive any frame before the last
-    // one is sent (multipart messages arrive whole).
-    HandoffRelease();
-    push.send(result, zmq::send_flags::none);
+    Completion c = Completion::Run(handler_, std::move(task), timeout_, max_result_bytes_,
+                                   max_error_bytes_);
+    c.Send(push);
   }
 }
 

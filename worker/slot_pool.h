@@ -48,6 +48,17 @@ class Completion {
   // is waiting or the message is not one a slot sends (then it is dropped).
   static std::optional<Completion> Receive(zmq::socket_t& pull);
 
+  // Runs `task` with `handler` on the calling thread: the timeout check,
+  // the result and error caps, and exceptions turned into a failed result.
+  // A slot thread sends what this returns (Send); the loop keeps it as it
+  // is when it runs an inline handler itself.
+  static Completion Run(Handler& handler, Task task, Timeout timeout,
+                        std::size_t max_result_bytes, std::size_t max_error_bytes);
+
+  // Sends the completion's two frames on `push` (blocking) and leaves it
+  // empty.
+  void Send(zmq::socket_t& push);
+
   std::string_view id() const { return Header(kIdAt, id_size_); }
   std::uint32_t attempt() const { return attempt_; }
   bool ok() const { return ok_; }

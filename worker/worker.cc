@@ -120,10 +120,12 @@ Worker::Worker(WorkerOptions options)
   results_.set(zmq::sockopt::rcvhwm, 0);
   results_.set(zmq::sockopt::linger, 0);
   results_.bind(kResultsEndpoint);
-  pool_ = std::make_unique<SlotPool>(context_, kResultsEndpoint, *handler_,
-                                     options_.concurrency, options_.batch_timeout,
-                                     options_.limits.max_payload_bytes,
-                                     kMaxErrorBytes);
+  // An inline handler runs on this thread (HandleDispatch): no slots.
+  if (!handler_->runs_inline()) {
+    pool_ = std::make_unique<SlotPool>(context_, kResultsEndpoint, *handler_,
+                                       options_.concurrency, options_.batch_timeout,
+                                       options_.limits.max_payload_bytes, kMaxErrorBytes);
+  }
   if (!options_.metrics.empty()) {
     metrics_ = std::make_unique<WorkerMetrics>(options_.metrics, options_.concurrency,
                                                options_.metrics_auth);
@@ -295,8 +297,19 @@ void Worker::HandleDispatch(const proto::Dispatch& dispatch) {
     tasks_.push_back(
         Task{std::string(b.id), std::string(b.queue), b.attempt, std::string(b.payload)});
   }
-  pool_->Submit(tasks_);
   credit_.OnDispatch(n);
+  if (handler_->runs_inline()) {
+    // Done before the next message is read: no slot thread, no socket hop.
+    for (Task& task : tasks_) {
+      unsent_.push_back(Completion::Run(*handler_, std::move(task), options_.batch_timeout,
+                                        options_.limits.max_payload_bytes, kMaxErrorBytes));
+      credit_.OnCompleted();
+      if (metrics_) metrics_->OnCompleted(unsent_.back().ok(), unsent_.back().seconds());
+    }
+    tasks_.clear();
+  } else {
+    pool_->Submit(tasks_);
+  }
   if (metrics_) metrics_->SetBusy(credit_.held());
   if (credit_.over_committed() && !warned_overcredit_) {
     warned_overcredit_ = true;

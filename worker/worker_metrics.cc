@@ -28,7 +28,7 @@ WorkerMetrics::WorkerMetrics(const std::string& bind_address, int slots,
       processed_failed_(Processed(*registry_).Add({{"outcome", "failed"}})),
       busy_(prometheus::BuildGauge()
                 .Name("fleet_worker_busy_slots")
-                .Help("Slots running a batch now")
+                .Help("Batches the worker holds now, running or waiting for a slot")
                 .Register(*registry_)
                 .Add({})),
       slots_(prometheus::BuildGauge()

@@ -153,6 +153,9 @@ DockerLauncher::~DockerLauncher() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    // A hung engine must not hold the exit for a call timeout per queued
+    // call: what is not done by then is left (see EngineLoop).
+    stop_deadline_ = std::chrono::steady_clock::now() + 2 * options_.api_timeout;
   }
   work_cv_.notify_all();
   if (engine_.joinable()) engine_.join();
@@ -162,9 +165,24 @@ void DockerLauncher::EngineLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     work_cv_.wait(lock, [this] { return stop_ || !calls_.empty(); });
-    // Stopping finishes what was queued: a create the engine was asked for
-    // is made, and adopted by the next run, rather than half done.
     if (calls_.empty()) return;
+    if (stop_) {
+      // Stopping finishes the creates and removals queued (a create the
+      // engine was asked for is made, and adopted by the next run, rather
+      // than half done), within a deadline; signals and lists no longer
+      // matter to anyone.
+      std::erase_if(calls_, [](const EngineCall& c) {
+        return c.op == Op::kSignal || c.op == Op::kList;
+      });
+      if (!calls_.empty() && std::chrono::steady_clock::now() >= stop_deadline_) {
+        spdlog::warn("docker launcher: the engine is not answering; leaving {} calls undone "
+                     "(containers of this pool left behind are adopted or removed by the "
+                     "next run)",
+                     calls_.size());
+        calls_.clear();
+      }
+      if (calls_.empty()) return;
+    }
     EngineCall call = std::move(calls_.front());
     calls_.pop_front();
     busy_ = true;
@@ -388,7 +406,17 @@ void DockerLauncher::Apply(EngineResult result, std::vector<Exited>* exited) {
   switch (result.op) {
     case Op::kStart: {
       auto it = workers_.find(result.id);
-      if (it == workers_.end()) return;  // cannot happen: only its result erases it
+      if (it == workers_.end()) {
+        // StopAll gave up on it while its start was still with the engine:
+        // a container made after that is not wanted.
+        if (!result.container.empty()) {
+          spdlog::info("worker {}: its container came up after the launcher stopped "
+                       "waiting for it; removing it",
+                       result.id);
+          Queue({Op::kRemove, {}, result.container, ContainerName(result.id)});
+        }
+        return;
+      }
       if (!result.error.empty()) {
         exited->push_back({result.id, -1, std::move(result.error)});
         workers_.erase(it);

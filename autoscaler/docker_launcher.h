@@ -191,6 +191,7 @@ class DockerLauncher : public Launcher {
   std::deque<EngineResult> results_;
   bool busy_ = false;  // the engine thread is running a call
   bool stop_ = false;
+  std::chrono::steady_clock::time_point stop_deadline_{};  // set with stop_
   std::thread engine_;  // last: started once everything above exists
 };
 

@@ -176,6 +176,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fleet-autoscaler: --metrics-source-auth-file: %s\n", e.what());
     return 2;
   }
+  try {
+    (void)LoadCurveClient(curve_server_key, curve_key);  // used below; checked first
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fleet-autoscaler: %s\n", e.what());
+    return 2;
+  }
 
   try {
     SetupLogging("fleet-autoscaler", log_level);
@@ -250,6 +256,9 @@ int main(int argc, char** argv) {
                  m.url().empty() ? "off" : m.url(), o.pool.id_prefix, tag);
     SteadyClock clock;
     return scaler.Run(clock, [] { return StopRequested(); });
+  } catch (const std::invalid_argument& e) {  // contradictory or missing settings
+    spdlog::error("fleet-autoscaler: {}", e.what());
+    return kUsageError;
   } catch (const std::exception& e) {
     spdlog::error("fleet-autoscaler: {}", e.what());
     return 1;

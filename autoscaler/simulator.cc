@@ -44,7 +44,7 @@ struct SimWorker {
   Ms idle_since = 0;
   Ms added_at = 0;  // launched or unretired
   bool took_since_added = false;
-  Ms last_work = -1;  // last dispatch to it or finish on it; -1 never
+  Ms last_work = -1;  // its last batch finished then (its result); -1 never
 };
 
 class Sim {
@@ -85,11 +85,12 @@ class Sim {
   void DropSlots(const std::string& id) { std::erase(ready_, id); }
   // Whether packed dispatch prefers `a` to `b`: holding work now beats
   // idle, then the later last work, then the lower id.
+  // The broker's order (broker/dispatch_rule.cc): the worker whose result
+  // came last first; workers that never reported come after all others, in
+  // the order they registered.
   static bool MoreRecent(const SimWorker& a, const SimWorker& b) {
-    const bool a_busy = a.held > 0;
-    const bool b_busy = b.held > 0;
-    if (a_busy != b_busy) return a_busy;
     if (a.last_work != b.last_work) return a.last_work > b.last_work;
+    if (a.added_at != b.added_at) return a.added_at < b.added_at;
     return a.id < b.id;
   }
   void Dispatch(Ms t);
@@ -155,7 +156,6 @@ void Sim::Dispatch(Ms t) {
       ready_.erase(best);
     }
     SimWorker& w = workers_.at(id);
-    w.last_work = t;
     const int b = queue_.front();
     queue_.pop_front();
     batches_[b].dispatched = t;

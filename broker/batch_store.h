@@ -47,6 +47,9 @@ struct Batch {
   TimePoint enqueued_at;
   TimePoint dispatched_at;
 
+  // When it was added: 1, 2, ... (the order of acceptance).
+  std::uint64_t order() const { return order_; }
+
  private:
   friend class BatchStore;
   std::unique_ptr<char[]> data_;  // id, then payload; null in a free slot

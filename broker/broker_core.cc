@@ -457,10 +457,9 @@ void BrokerCore::Restore(std::uint8_t type, std::string_view body, TimePoint now
   } else if (type == records::kDispatched) {
     const auto d = records::DecodeDispatched(body);
     if (!d) throw JournalError("journal: unreadable dispatched-batch record");
-    if (auto seq = batches_.FindId(d->id)) {
-      Batch* b = batches_.Get(*seq);
-      b->attempts = std::max(b->attempts, d->attempts);
-    }
+    // The last record wins: attempts only grow, except when an attempt is
+    // given back (a dispatch that never left), which is journaled too.
+    if (auto seq = batches_.FindId(d->id)) batches_.Get(*seq)->attempts = d->attempts;
   } else {
     throw JournalError("journal: unknown record type " + std::to_string(type));
   }
@@ -523,6 +522,13 @@ void BrokerCore::DropWorker(Worker& w, std::string_view why, TimePoint now) {
   held.swap(w.held);
   std::string id = w.id;
   workers_.Remove(id);  // `w` dangles from here on
+  // Each goes back to the front of its queue: newest first, so that the
+  // oldest ends up in front and the queue keeps its order.
+  std::sort(held.begin(), held.end(), [&](BatchSeq a, BatchSeq b) {
+    const Batch* x = batches_.Get(a);
+    const Batch* y = batches_.Get(b);
+    return (x != nullptr ? x->order() : 0) > (y != nullptr ? y->order() : 0);
+  });
   for (BatchSeq seq : held) Requeue(seq, why, now);
 }
 
@@ -536,6 +542,7 @@ void BrokerCore::OnUndeliverable(Socket socket, std::string_view identity, TimeP
   // peer leave): as dead as one that stopped heartbeating, found sooner.
   // The loop sends these frames before any dispatch, so none of this
   // turn's batches for it has left yet.
+  ++counters_.undeliverable;
   ++counters_.workers_dead;
   spdlog::warn("worker {}: its connection is gone (a message to it could not be sent): "
                "declared dead, {} batches requeued",
@@ -548,7 +555,8 @@ void BrokerCore::OnDispatchFailed(std::string_view worker_id, std::size_t sent,
   Worker* w = workers_.Find(worker_id);
   if (w == nullptr) return;
   ++counters_.undeliverable;
-  spdlog::warn("could not send to worker {} (gone, or not reading): dropping it", w->id);
+  ++counters_.workers_dead;
+  spdlog::warn("could not send to worker {} (gone, or not reading): declared dead", w->id);
   Unreachable(*w, sent, "became unreachable", now);
 }
 
@@ -556,15 +564,13 @@ void BrokerCore::Unreachable(Worker& w, std::size_t sent, std::string_view why,
                              TimePoint now) {
   // The first `sent` batches of w.outgoing left in messages that were
   // queued for the worker and may have reached it: they keep their attempt
-  // (the dead-letter limit counts on it) and are requeued with the rest of
-  // what it holds. The unsent ones never left: back to the front of their
-  // queue with their attempt given back.
+  // (the dead-letter limit counts on it). The unsent ones never left: their
+  // attempt is given back (in the journal too, so a restart does not count
+  // it). All of them are requeued with the rest of what it holds.
   for (std::size_t k = sent; k < w.outgoing.size(); ++k) {
-    const BatchSeq seq = w.outgoing[k];
-    if (Batch* b = batches_.Get(seq)) {
+    if (Batch* b = batches_.Get(w.outgoing[k])) {
       if (b->attempts > 0) --b->attempts;
-      Release(w, seq, now);
-      batches_.Requeue(seq);
+      if (journal_ != nullptr) JournalDispatched(*b, *journal_);
     }
   }
   w.outgoing.clear();

@@ -133,8 +133,6 @@ class BrokerCore {
   // with its attempts so far.
   void Snapshot(Journal& journal) const;
 
-  // True when Pump could dispatch something right now.
-  bool CanDispatch() const;
 
   Outbox& outbox() { return outbox_; }
   const Counters& counters() const { return counters_; }

@@ -199,7 +199,7 @@ void BrokerServer::Run(const std::function<bool()>& stop) {
     if (items[1].revents & ZMQ_POLLIN) Drain(backend_, Socket::kBackend, now);
     if (items[2].revents & ZMQ_POLLIN) Drain(control_, Socket::kControl, now);
     core_.Pump(now);
-    Flush(now);
+    FlushAndRedispatch(now);
     if (metrics_ != nullptr) {
       if (active && metrics_due == TimePoint::max()) metrics_due = now + kMetricsLag;
       // Work waiting where none was (no worker took it this turn): shown at
@@ -221,7 +221,7 @@ void BrokerServer::Run(const std::function<bool()>& stop) {
       }
       busy_since_tick = false;
       core_.Pump(now);  // batches requeued from dead workers
-      Flush(now);
+      FlushAndRedispatch(now);
       if (metrics_ != nullptr) {
         metrics_->Update(core_, now);
         published_queued = core_.batches().queued();
@@ -261,6 +261,18 @@ void BrokerServer::Drain(zmq::socket_t& socket, Socket which, TimePoint now) {
   }
 }
 
+void BrokerServer::FlushAndRedispatch(TimePoint now) {
+  // A worker found unreachable while flushing is dropped and its batches
+  // requeued: they go to another worker now, not at the next message or
+  // tick (half a heartbeat away).
+  const std::uint64_t dead = core_.counters().workers_dead;
+  Flush(now);
+  if (core_.counters().workers_dead != dead) {
+    core_.Pump(now);
+    Flush(now);
+  }
+}
+
 void BrokerServer::Flush(TimePoint now) {
   // Group commit: everything this turn accepted or finished goes to disk in
   // one write + fdatasync, before any producer hears "accepted". A failed
@@ -274,9 +286,14 @@ void BrokerServer::Flush(TimePoint now) {
   }
 
   // Frames first: a WELCOME must reach a worker before its first DISPATCH.
-  for (const Outbox::Frame& f : out.frames) {
-    if (!SendRouted(SocketFor(f.socket), f.identity, f.body)) {
-      core_.OnUndeliverable(f.socket, f.identity, now);
+  // By index, with what the core needs copied: a failed send calls into
+  // the core, which may add frames.
+  for (std::size_t i = 0; i < out.frames.size(); ++i) {
+    if (!SendRouted(SocketFor(out.frames[i].socket), out.frames[i].identity,
+                    out.frames[i].body)) {
+      const Socket socket = out.frames[i].socket;
+      const std::string identity = out.frames[i].identity;
+      core_.OnUndeliverable(socket, identity, now);
     }
   }
 

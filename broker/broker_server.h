@@ -58,6 +58,9 @@ class BrokerServer {
  private:
   void Drain(zmq::socket_t& socket, Socket which, TimePoint now);
   void Flush(TimePoint now);
+  // Flush, and if that found a worker gone, dispatch what came back and
+  // flush again.
+  void FlushAndRedispatch(TimePoint now);
   zmq::socket_t& SocketFor(Socket which);
 
   BrokerOptions options_;

@@ -28,8 +28,6 @@
 
 namespace fleet::broker {
 
-bool BrokerCore::CanDispatch() const { return batches_.queued() > 0; }
-
 void BrokerCore::Assign(Worker& w, BatchSeq seq, TimePoint now) {
   Batch* b = batches_.Get(seq);
   if (w.retiring) ++counters_.dispatched_to_retiring;  // never: retiring workers are unlisted

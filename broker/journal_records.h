@@ -8,8 +8,10 @@
 //                    the batch has its result (not synced on its own: lost
 //                    in a crash, the batch only runs again)
 //   kDispatched (3)  u32 attempts | id
-//                    the batch's attempt count after a dispatch, so a
-//                    restart does not give it a fresh set of attempts
+//                    the batch's attempt count after a dispatch (or after
+//                    an attempt was given back: a dispatch that never
+//                    left), so a restart does not give it a fresh set of
+//                    attempts; on replay the last one wins
 //
 // Integers are little-endian. A queue of "" means "default". Pure functions;
 // thread-safe.

@@ -9,6 +9,7 @@
 
 #include "broker/broker_metrics.h"
 #include "broker/broker_server.h"
+#include "common/curve.h"
 #include "common/flags.h"
 #include "common/huge_pages.h"
 #include "common/log.h"
@@ -95,9 +96,16 @@ int main(int argc, char** argv) {
   std::optional<BasicAuth> metrics_auth;
   try {
     metrics_auth = LoadMetricsFlags(metrics, metrics_auth_file);
+    // Read here too, so that a key or allowlist the broker cannot use is a
+    // usage error (exit 2) like any other bad setting.
+    if (!o.curve_secret_key_file.empty()) ReadKeyFile(o.curve_secret_key_file, true);
+    for (const std::string* f :
+         {&o.curve_producers_file, &o.curve_workers_file, &o.curve_control_file}) {
+      if (!f->empty()) ReadAllowlist(*f);
+    }
   } catch (const std::exception& e) {
     std::cerr << "fleet-broker: " << e.what() << "\n";
-    return 2;
+    return kUsageError;
   }
 
   try {
@@ -163,6 +171,9 @@ int main(int argc, char** argv) {
                  server.core().counters().completed_ok +
                      server.core().counters().completed_failed);
     return 0;
+  } catch (const std::invalid_argument& e) {  // contradictory settings
+    spdlog::error("fleet-broker: {}", e.what());
+    return kUsageError;
   } catch (const std::exception& e) {
     spdlog::error("fleet-broker: {}", e.what());
     return 1;

@@ -76,7 +76,7 @@ const StatSpec kTable[] = {
      "HELLOs refused because their worker id is registered on another live connection",
      [](const BrokerCore& c) { return D(c.counters().duplicate_worker_refusals); }},
     {"workers_dead", "fleet_workers_dead_total", "", "", Kind::kCounter,
-     "Workers declared dead after missing heartbeats",
+     "Workers declared dead: silent past liveness, or their connection gone",
      [](const BrokerCore& c) { return D(c.counters().workers_dead); }},
     {"workers_retired", "fleet_workers_retired_total", "", "", Kind::kCounter,
      "Retirements accepted (retire and retire-if-idle)",

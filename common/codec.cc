@@ -96,13 +96,16 @@ struct EncodeVisitor {
     PackStrList(p, m.ids);
   }
   void operator()(const Hello& m) {
-    PackHeader(p, Command::kHello, 6);
+    // The optional fields only when they say something, so a HELLO without
+    // them is the 4-field HELLO of the first protocol revision.
+    const std::uint32_t fields = !m.incarnation.empty() ? 6 : m.slots != 0 ? 5 : 4;
+    PackHeader(p, Command::kHello, fields);
     PackStr(p, m.worker_id);
     p.pack_uint32(m.concurrency);
     p.pack_uint32(m.credit);
     PackStrList(p, m.queues);
-    p.pack_uint32(m.slots);
-    PackStr(p, m.incarnation);
+    if (fields >= 5) p.pack_uint32(m.slots);
+    if (fields == 6) PackStr(p, m.incarnation);
   }
   void operator()(const Welcome& m) {
     PackHeader(p, Command::kWelcome, 2);

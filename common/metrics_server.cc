@@ -39,10 +39,16 @@ int AnswerOnlyMetrics(mg_connection* conn) {
   return 404;
 }
 
-// The listening TCP socket of this process bound to `port`, or -1. The
-// Exposer does not expose civetweb's descriptor; a scan of a few hundred
-// getsockopt calls, once at start, finds it.
-int FindListeningSocket(int port) {
+// The listening TCP socket of this process bound to `host`:`port` (host as
+// in --metrics: numeric, IPv6 without brackets), or -1. The Exposer does
+// not expose civetweb's descriptor; a scan of a few hundred getsockopt
+// calls, once at start, finds it. The address counts too: a ZeroMQ
+// endpoint may listen on the same port of another address.
+int FindListeningSocket(const std::string& host, int port) {
+  in_addr want4{};
+  in6_addr want6{};
+  const bool v4 = inet_pton(AF_INET, host.c_str(), &want4) == 1;
+  const bool v6 = !v4 && inet_pton(AF_INET6, host.c_str(), &want6) == 1;
   for (int fd = 0; fd < 4096; ++fd) {
     int listening = 0;
     socklen_t len = sizeof listening;
@@ -52,13 +58,15 @@ int FindListeningSocket(int port) {
     sockaddr_storage addr{};
     socklen_t addr_len = sizeof addr;
     if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) != 0) continue;
-    int bound = -1;
-    if (addr.ss_family == AF_INET) {
-      bound = ntohs(reinterpret_cast<const sockaddr_in*>(&addr)->sin_port);
-    } else if (addr.ss_family == AF_INET6) {
-      bound = ntohs(reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_port);
+    if (addr.ss_family == AF_INET && v4) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+      if (ntohs(a->sin_port) == port && a->sin_addr.s_addr == want4.s_addr) return fd;
+    } else if (addr.ss_family == AF_INET6 && v6) {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+      if (ntohs(a->sin6_port) == port && std::memcmp(&a->sin6_addr, &want6, sizeof want6) == 0) {
+        return fd;
+      }
     }
-    if (bound == port) return fd;
   }
   return -1;
 }
@@ -156,11 +164,15 @@ MetricsServer ServeMetrics(const std::string& bind_address,
   }
   exposer->RegisterCollectable(registry);
   std::string host = bind_address.substr(0, bind_address.rfind(':'));
+  std::string bound_host = host;
+  if (bound_host.size() > 2 && bound_host.front() == '[') {
+    bound_host = bound_host.substr(1, bound_host.size() - 2);
+  }
   if (host == "0.0.0.0" || host == "[::]") host = "127.0.0.1";
   auto ports = exposer->GetListeningPorts();
   const int port = ports.empty() ? 0 : ports[0];
   std::string url = "http://" + host + ":" + std::to_string(port) + "/metrics";
-  const int fd = port > 0 ? FindListeningSocket(port) : -1;
+  const int fd = port > 0 ? FindListeningSocket(bound_host, port) : -1;
   return MetricsServer(std::move(exposer), std::move(url), fd);
 }
 

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <memory>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -48,11 +49,12 @@ class Handler {
 
   virtual std::string_view name() const = 0;
 
-  // True for a handler that never blocks and takes microseconds per
-  // kilobyte (echo, sha256): the worker runs it on its loop thread, as the
-  // batch arrives, instead of handing it to a slot thread and taking the
-  // result back over a socket (a thread wake-up each way).
-  virtual bool runs_inline() const { return false; }
+  // The largest payload this handler runs on the worker's loop thread, as
+  // the batch arrives, instead of handing it to a slot thread and taking
+  // the result back over a socket (a thread wake-up each way): for a
+  // handler that never blocks and takes microseconds per kilobyte. 0: never
+  // (the default); SIZE_MAX: always, and the worker starts no slot threads.
+  virtual std::size_t inline_max_bytes() const { return 0; }
 };
 
 // "timed out after 0.5s": the one wording every handler uses.
@@ -63,7 +65,8 @@ class EchoHandler : public Handler {
  public:
   HandlerOutput Run(std::string payload, Timeout timeout) override;
   std::string_view name() const override { return "echo"; }
-  bool runs_inline() const override { return true; }
+  // Hands the payload back without copying it: any size.
+  std::size_t inline_max_bytes() const override { return SIZE_MAX; }
 };
 
 // Payload: a decimal number of milliseconds (surrounding whitespace allowed,
@@ -81,7 +84,9 @@ class Sha256Handler : public Handler {
  public:
   HandlerOutput Run(std::string payload, Timeout timeout) override;
   std::string_view name() const override { return "sha256"; }
-  bool runs_inline() const override { return true; }
+  // About 0.1 ms: a worker holding a full credit of them keeps its loop
+  // (and its heartbeats) well within a heartbeat. Larger ones go to slots.
+  std::size_t inline_max_bytes() const override { return 64u << 10; }
 };
 
 // Lowercase hex SHA-256 of `data`. Throws std::runtime_error only if OpenSSL

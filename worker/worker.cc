@@ -23,6 +23,10 @@ constexpr int kMaxMessagesPerIteration = 1000;
 // delivered to a thread we did not start (and so could not mask) and thus
 // does not interrupt our poll.
 constexpr Millis kMaxPoll{1000};
+// After ERROR duplicate_worker, HELLO again this long after (the broker lets
+// a restarted worker in once the old connection is closed or has been silent
+// for two heartbeats).
+constexpr Millis kDuplicateRetry{500};
 // An error text longer than this is cut (the codec allows 64 KiB).
 constexpr std::size_t kMaxErrorBytes = 8 << 10;
 
@@ -120,8 +124,9 @@ Worker::Worker(WorkerOptions options)
   results_.set(zmq::sockopt::rcvhwm, 0);
   results_.set(zmq::sockopt::linger, 0);
   results_.bind(kResultsEndpoint);
-  // An inline handler runs on this thread (HandleDispatch): no slots.
-  if (!handler_->runs_inline()) {
+  // A handler that runs every batch on this thread (HandleDispatch) needs
+  // no slots.
+  if (handler_->inline_max_bytes() != SIZE_MAX) {
     pool_ = std::make_unique<SlotPool>(context_, kResultsEndpoint, *handler_,
                                        options_.concurrency, options_.batch_timeout,
                                        options_.limits.max_payload_bytes, kMaxErrorBytes);
@@ -248,6 +253,7 @@ void Worker::HandleMessage(const proto::Message& message, TimePoint now) {
     }
     state_ = State::kRegistered;
     backoff_ = options_.backoff_initial;
+    duplicate_logged_ = false;
   } else if (const auto* m = std::get_if<proto::Dispatch>(&message)) {
     HandleDispatch(*m);
   } else if (const auto* m = std::get_if<proto::Stop>(&message)) {
@@ -272,12 +278,29 @@ void Worker::HandleMessage(const proto::Message& message, TimePoint now) {
     }
   } else if (const auto* m = std::get_if<proto::Error>(&message)) {
     if (m->code == proto::ErrorCode::kDuplicateWorker) {
-      const Millis delay = NextBackoff();
-      spdlog::warn("worker {}: broker error {}: {}; retrying HELLO in {} ms",
-                   options_.id, proto::ErrorCodeName(m->code), m->message,
-                   delay.count());
+      // Another live connection has our id. It may be our own previous run,
+      // dead but not yet noticed: the broker lets us in once it is, so we
+      // ask again at a steady pace (not the reconnect backoff, which grows
+      // to seconds), logging the first refusal only.
+      if (!duplicate_logged_) {
+        spdlog::warn("worker {}: broker error {}: {}; asking again every {} ms",
+                     options_.id, proto::ErrorCodeName(m->code), m->message,
+                     kDuplicateRetry.count());
+        duplicate_logged_ = true;
+      }
       state_ = State::kConnecting;
-      hello_at_ = now + delay;
+      hello_at_ = now + kDuplicateRetry;
+    } else if (m->code == proto::ErrorCode::kMalformed && state_ == State::kAwaitWelcome &&
+               !legacy_hello_) {
+      // A broker of the first protocol revision takes a HELLO of exactly 4
+      // fields: send it that (no slots, no incarnation), once.
+      spdlog::warn("worker {}: the broker refused our HELLO ({}); it may predate the "
+                   "HELLO's slots and incarnation fields: registering without them",
+                   options_.id, m->message);
+      legacy_hello_ = true;
+      state_ = State::kConnecting;
+      hello_at_ = now;
+      want_out_ = true;
     } else {
       spdlog::warn("worker {}: broker error {}: {}", options_.id,
                    proto::ErrorCodeName(m->code), m->message);
@@ -298,18 +321,25 @@ void Worker::HandleDispatch(const proto::Dispatch& dispatch) {
         Task{std::string(b.id), std::string(b.queue), b.attempt, std::string(b.payload)});
   }
   credit_.OnDispatch(n);
-  if (handler_->runs_inline()) {
+  const std::size_t inline_max = handler_->inline_max_bytes();
+  if (inline_max > 0) {
     // Done before the next message is read: no slot thread, no socket hop.
+    // The rest (too large to run here) keep their order for the slots.
+    std::size_t kept = 0;
     for (Task& task : tasks_) {
+      if (task.payload.size() > inline_max) {
+        if (&tasks_[kept] != &task) tasks_[kept] = std::move(task);
+        ++kept;
+        continue;
+      }
       unsent_.push_back(Completion::Run(*handler_, std::move(task), options_.batch_timeout,
                                         options_.limits.max_payload_bytes, kMaxErrorBytes));
       credit_.OnCompleted();
       if (metrics_) metrics_->OnCompleted(unsent_.back().ok(), unsent_.back().seconds());
     }
-    tasks_.clear();
-  } else {
-    pool_->Submit(tasks_);
+    tasks_.resize(kept);
   }
+  if (!tasks_.empty()) pool_->Submit(tasks_);
   if (metrics_) metrics_->SetBusy(credit_.held());
   if (credit_.over_committed() && !warned_overcredit_) {
     warned_overcredit_ = true;
@@ -386,8 +416,10 @@ void Worker::Flush(TimePoint now) {
     hello.concurrency = static_cast<std::uint32_t>(options_.concurrency + options_.prefetch);
     hello.credit = Draining() ? 0 : credit_.free();
     hello.queues.assign(options_.queues.begin(), options_.queues.end());
-    hello.slots = static_cast<std::uint32_t>(options_.concurrency);
-    hello.incarnation = incarnation_;
+    if (!legacy_hello_) {
+      hello.slots = static_cast<std::uint32_t>(options_.concurrency);
+      hello.incarnation = incarnation_;
+    }
     if (!Send(hello, now)) {
       want_out_ = true;  // not connected yet: POLLOUT tells us when
       return;

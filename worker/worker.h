@@ -140,6 +140,8 @@ class Worker {
   bool stop_from_signal_ = false;
   int reported_parent_repeats_ = 0;  // parent SIGTERMs after the first, logged
   std::string incarnation_;          // sent in HELLO: this process run
+  bool legacy_hello_ = false;        // the broker refused the 6-field HELLO
+  bool duplicate_logged_ = false;    // duplicate_worker logged (since WELCOME)
   bool drain_sent_ = false;   // DRAIN sent on the current registration
   bool abandoned_ = false;
   std::optional<int> exit_code_;

@@ -687,6 +687,18 @@ TEST_F(BrokerCoreTest, FailedDispatchGivesBackOnlyTheAttemptsOfBatchesNeverSent)
   EXPECT_EQ(attempts("d"), 0u);
 }
 
+// The batches of a worker that is dropped go back in the order they came.
+TEST_F(BrokerCoreTest, DroppedWorkersBatchesGoBackToTheirQueueInTheirOrder) {
+  Hello("W1", "w1", 4);
+  Submit("P", {"a", "b"});
+  PumpAndFlush();  // a and b left for w1
+  Submit("P", {"c", "d", "e"});
+  core_->Pump(clock_.Now());  // c, d for w1's last credit; e waits
+  core_->OnDispatchFailed("w1", 0, clock_.Now());
+  Hello("W2", "w2", 8);
+  EXPECT_EQ(PumpAndFlush()["w2"], (std::vector<std::string>{"a", "b", "c", "d", "e"}));
+}
+
 // A refused CONTROL that still had a readable request id is answered under
 // it, so the client matches the answer; one without gets ERROR.
 TEST_F(BrokerCoreTest, RefusedControlIsAnsweredUnderItsRequestId) {
@@ -884,6 +896,26 @@ TEST_F(BrokerCoreJournalTest, BatchOnItsLastAttemptWhenTheBrokerStoppedIsDeadLet
   Restart();
   EXPECT_EQ(restored_dead_, 0u);
   EXPECT_FALSE(core_->batches().FindId("a").has_value());
+}
+
+// Regression: an attempt given back for a dispatch that never left was
+// given back in memory only; after a restart the journal's higher count
+// dead-lettered a batch that had never run.
+TEST_F(BrokerCoreJournalTest, AttemptGivenBackForADispatchThatNeverLeftStaysGivenBack) {
+  o_.max_attempts = 1;
+  Restart();
+  Submit("P", {"a"});
+  Hello("I-w1", "w1", 1);
+  core_->Pump(clock_.Now());
+  ASSERT_EQ(Attempts("a"), 1u);
+  core_->OnDispatchFailed("w1", 0, clock_.Now());  // nothing of it left
+  EXPECT_EQ(Attempts("a"), 0u);
+  PumpAndFlush();
+  Restart();
+  EXPECT_EQ(restored_dead_, 0u);
+  EXPECT_EQ(Attempts("a"), 0u);
+  Hello("I-w2", "w2", 1);
+  EXPECT_EQ(PumpAndFlush()["w2"], std::vector<std::string>{"a"});
 }
 
 }  // namespace

@@ -208,6 +208,25 @@ TEST(LifecycleTest, EveryProgramExitsTwoOnABadCommandLine) {
     EXPECT_EQ(bad.exit_code, 2) << program << " " << flag << ": " << bad.output;
     EXPECT_TRUE(Contains(bad.output, flag)) << program << ": " << bad.output;
   }
+  // Settings refused before start: contradictory flags, a key file that is
+  // not there.
+  const std::string missing = dir.File("no-such.key");
+  const std::vector<std::vector<std::string>> refused = {
+      {"fleet-broker", "--max-batch-bytes", "4096", "--max-message-bytes", "2048"},
+      {"fleet-broker", "--curve-secret-key", missing, "--curve-producers", missing,
+       "--curve-workers", missing, "--curve-control", missing},
+      {"fleet-autoscaler", "--launcher", "command", "--metrics", ""},
+      {"fleet-autoscaler", "--curve-server-key", missing, "--curve-key", missing, "--metrics",
+       ""},
+      {"fleet-worker", "--curve-server-key", missing, "--curve-key", missing},
+      {"fleet-submit", "--curve-server-key", missing, "--curve-key", missing},
+      {"fleet-ctl", "--curve-server-key", missing, "--curve-key", missing, "stats"}};
+  for (const auto& args : refused) {
+    std::vector<std::string> argv{Bin(args[0])};
+    argv.insert(argv.end(), args.begin() + 1, args.end());
+    RunResult r = testing::Run(argv, seconds(20), dir.File("refused-" + std::to_string(++n)));
+    EXPECT_EQ(r.exit_code, 2) << args[0] << " " << args[1] << ": " << r.output;
+  }
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include "common/codec.h"
 #include "common/zmq_util.h"
+#include "worker/handler.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
 
@@ -392,6 +393,50 @@ TEST_F(WorkerProcessTest, DuplicateWorkerErrorRetriesHello) {
   auto again = broker_.RecvSkippingHeartbeats();
   ASSERT_TRUE(again && again->As<proto::Hello>());
   EXPECT_NE(ReadLog().find("duplicate_worker"), std::string::npos);
+}
+
+// A broker of the first protocol revision refuses the 6-field HELLO as
+// malformed: the worker registers with the 4-field one.
+TEST_F(WorkerProcessTest, HelloRefusedAsMalformedIsSentAgainWithoutTheOptionalFields) {
+  auto worker = Start({"--id", "w-old-broker", "--handler", "echo"});
+  auto hello = broker_.Recv();
+  ASSERT_TRUE(hello && hello->As<proto::Hello>());
+  EXPECT_NE(hello->As<proto::Hello>()->incarnation, "");
+  broker_.Send(proto::Error{proto::ErrorCode::kMalformed, "HELLO: expected 6 fields, got 8"});
+  auto again = broker_.RecvSkippingHeartbeats();
+  ASSERT_TRUE(again);
+  const auto* h = again->As<proto::Hello>();
+  ASSERT_TRUE(h) << "got command " << static_cast<int>(again->command());
+  EXPECT_EQ(h->slots, 0u);
+  EXPECT_EQ(h->incarnation, "");
+  // Four fields: [1, 10, id, concurrency, credit, queues] is a 6-element array.
+  EXPECT_EQ(static_cast<unsigned char>(again->body[0]), 0x96);
+  broker_.Send(proto::Welcome{250, 3});
+  broker_.Send(Batches({{"e1", "x"}}));
+  auto done = broker_.RecvSkippingHeartbeats();
+  ASSERT_TRUE(done && done->As<proto::Done>());
+}
+
+// sha256 runs small payloads on the worker's loop and large ones on its
+// slots: every result comes back, right, once.
+TEST_F(WorkerProcessTest, Sha256ResultsOfSmallAndLargePayloadsAllComeBack) {
+  auto worker = Start({"--id", "w-sha", "--handler", "sha256", "--prefetch", "3"});
+  ASSERT_TRUE(broker_.Register());
+  const std::string big(200u << 10, 'b');
+  broker_.Send(Batches({{"small-1", "abc"}, {"big", big}, {"small-2", ""}}));
+  std::map<std::string, std::string> results;
+  while (results.size() < 3) {
+    auto msg = broker_.RecvSkippingHeartbeats();
+    ASSERT_TRUE(msg) << "no DONE";
+    const auto* done = msg->As<proto::Done>();
+    ASSERT_TRUE(done) << "got command " << static_cast<int>(msg->command());
+    for (const auto& r : done->results) {
+      EXPECT_TRUE(results.emplace(std::string(r.id), std::string(r.result)).second) << r.id;
+    }
+  }
+  EXPECT_EQ(results["small-1"], worker::Sha256Hex("abc"));
+  EXPECT_EQ(results["small-2"], worker::Sha256Hex(""));
+  EXPECT_EQ(results["big"], worker::Sha256Hex(big));
 }
 
 TEST_F(WorkerProcessTest, ExecHandlerReturnsCommandStdout) {

@@ -214,7 +214,7 @@ TEST_F(AutoscalerTest, ItsOwnFleetVariablesNeverReachTheWorkersItStarts) {
   auto scaler = StartAutoscaler(
       "autoscaler.log", {{"--metrics", ""}, {"--target-per-worker", "1"}},
       {"FLEET_METRICS=" + metrics, "FLEET_LOG_LEVEL=debug", "FLEET_HANDLER=no-such-handler",
-       "FLEET_CONCURRENCY=0"});
+       "FLEET_CONCURRENCY=0", "NOT_FLEET_VALUE=-DFLEET_WERROR=ON"});
   Process submit({Bin("fleet-submit"), "--broker", c_.frontend(), "--count", "40", "--payload",
                   "100", "--inflight", "40", "--timeout-seconds", "90"},
                  c_.dir().File("submit.log"));
@@ -227,8 +227,13 @@ TEST_F(AutoscalerTest, ItsOwnFleetVariablesNeverReachTheWorkersItStarts) {
   for (pid_t pid : pids) {
     std::string environ = ReadFile("/proc/" + std::to_string(pid) + "/environ");
     if (environ.empty()) continue;  // exited meanwhile
-    EXPECT_EQ(environ.find("FLEET_"), std::string::npos) << "worker pid " << pid;
+    // Names only: a value may mention FLEET_ (CI's CMAKE_FLAGS does).
+    const std::string entries = std::string(1, '\0') + environ;
+    EXPECT_EQ(entries.find(std::string("\0FLEET_", 7)), std::string::npos)
+        << "worker pid " << pid;
     EXPECT_NE(environ.find("PATH="), std::string::npos) << "worker pid " << pid;
+    EXPECT_NE(entries.find(std::string("\0NOT_FLEET_VALUE=-DFLEET_WERROR=ON\0", 35)),
+              std::string::npos) << "worker pid " << pid;
   }
   auto code = submit.Wait(seconds(120));
   ASSERT_TRUE(code.has_value());

@@ -384,6 +384,21 @@ void BrokerCore::Complete(const proto::DoneItem& item, Worker* reporter, TimePoi
     return;
   }
   Batch* b = batches_.Get(*seq);
+  if (item.outcome == proto::Outcome::kRetry) {
+    // The worker could not finish it (its handler process died): another
+    // try, counted like a worker's death, but only from the worker that
+    // holds it now (a late one from an earlier holder changes nothing).
+    if (b->state != BatchState::kRunning || reporter == nullptr ||
+        b->worker.view() != std::string_view(reporter->id)) {
+      ++counters_.duplicates;
+      return;
+    }
+    Release(*reporter, *seq, now);
+    std::string why = "asked for a retry: ";
+    why.append(item.error.substr(0, 1024));
+    Requeue(*seq, why, now);
+    return;
+  }
   if (b->state == BatchState::kRunning) {
     processing_seconds_.Observe(SecondsBetween(b->dispatched_at, now));
     if (Worker* holder = workers_.Find(b->worker)) Release(*holder, *seq, now);

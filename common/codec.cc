@@ -7,27 +7,17 @@
 #include <new>
 #include <type_traits>
 
+#include "common/msgpack_write.h"
+
 namespace fleet::proto {
 namespace {
 
 // ---- encoding ----
 
-// Lets msgpack::packer append to a std::string.
-struct StringSink {
-  std::string* out;
-  void write(const char* data, std::size_t size) { out->append(data, size); }
-};
-using Packer = msgpack::packer<StringSink>;
-
-void PackStr(Packer& p, std::string_view s) {
-  p.pack_str(static_cast<std::uint32_t>(s.size()));
-  p.pack_str_body(s.data(), static_cast<std::uint32_t>(s.size()));
-}
-
-void PackBin(Packer& p, std::string_view s) {
-  p.pack_bin(static_cast<std::uint32_t>(s.size()));
-  p.pack_bin_body(s.data(), static_cast<std::uint32_t>(s.size()));
-}
+using mp::PackBin;
+using mp::Packer;
+using mp::PackStr;
+using mp::StringSink;
 
 // msgpack-c's pack_double writes an integral value as an integer, testing
 // that with a cast to uint64_t that is undefined behaviour for exactly 2^64
@@ -352,6 +342,14 @@ Outcome ToOutcome(std::uint32_t v) {
   return static_cast<Outcome>(v);
 }
 
+// In a DONE: 0 ok, 3 retry, and any other value failed (the spec's rule
+// since the first revision: a worker's non-zero outcome is a failure).
+Outcome ToDoneOutcome(std::uint32_t v) {
+  if (v == static_cast<std::uint32_t>(Outcome::kOk)) return Outcome::kOk;
+  if (v == static_cast<std::uint32_t>(Outcome::kRetry)) return Outcome::kRetry;
+  return Outcome::kFailed;
+}
+
 Message DecodeBody(Command command, Reader& r) {
   const Limits& lim = r.limits();
   switch (command) {
@@ -457,7 +455,7 @@ Message DecodeBody(Command command, Reader& r) {
         DoneItem item;
         item.id = b.Id();
         item.attempt = b.Uint32();
-        item.outcome = ToOutcome(b.Uint32());
+        item.outcome = ToDoneOutcome(b.Uint32());
         item.result = b.Bin();
         item.error = b.Text();
         m.results.push_back(item);
@@ -578,6 +576,7 @@ const char* OutcomeName(Outcome outcome) {
     case Outcome::kOk: return "ok";
     case Outcome::kFailed: return "failed";
     case Outcome::kUnknown: return "unknown";
+    case Outcome::kRetry: return "retry";
   }
   return "invalid";
 }

@@ -69,6 +69,11 @@ enum class Outcome : std::uint32_t {
   kOk = 0,
   kFailed = 1,   // the handler failed, or the batch was dead-lettered
   kUnknown = 2,  // FETCH of an id the broker does not know
+  // DONE only: the worker could not finish the batch (its handler process
+  // died, was killed or broke the handler protocol) and asks for another
+  // try, which the broker gives while --max-attempts allows. Never in a
+  // RESULT.
+  kRetry = 3,
 };
 
 const char* OutcomeName(Outcome outcome);

@@ -82,7 +82,8 @@ struct Fields {
   void Text(std::string_view s) { strings.emplace_back(s, kText); }
   void Payload(std::string_view s) { strings.emplace_back(s, kPayload); }
   void Outcome(proto::Outcome o) {
-    if (o != proto::Outcome::kOk && o != proto::Outcome::kFailed && o != proto::Outcome::kUnknown) {
+    if (o != proto::Outcome::kOk && o != proto::Outcome::kFailed && o != proto::Outcome::kUnknown &&
+        o != proto::Outcome::kRetry) {
       bad_outcome = true;
     }
   }
@@ -113,6 +114,7 @@ struct Fields {
     for (const auto& r : m.results) {
       Id(r.id);
       Outcome(r.outcome);
+      if (r.outcome == proto::Outcome::kRetry) bad_outcome = true;  // DONE only
       Payload(r.result);
       Text(r.error);
     }
@@ -138,7 +140,8 @@ struct Fields {
     List(m.results);
     for (const auto& r : m.results) {
       Id(r.id);
-      Outcome(r.outcome);
+      // A DONE's outcome is ok, failed or retry (other values read as failed).
+      if (r.outcome == proto::Outcome::kUnknown) bad_outcome = true;
       Payload(r.result);
       Text(r.error);
     }

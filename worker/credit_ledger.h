@@ -18,10 +18,16 @@ namespace fleet::worker {
 class CreditLedger {
  public:
   // `slots` >= 1: the worker's concurrency.
-  explicit CreditLedger(std::uint32_t slots) : slots_(slots) {}
+  explicit CreditLedger(std::uint32_t slots) : slots_(slots), capacity_(slots) {}
 
-  // Slots not holding a batch (0 while extra batches wait locally).
-  std::uint32_t free() const { return held_ >= slots_ ? 0 : slots_ - held_; }
+  // How many of the slots can take a batch now (a process handler's slots
+  // count once their process is ready); at most `slots`. Lowering it below
+  // what the broker holds makes the next grants 0 until it is spent.
+  void SetCapacity(std::uint32_t capacity) { capacity_ = capacity < slots_ ? capacity : slots_; }
+  std::uint32_t capacity() const { return capacity_; }
+
+  // Usable slots not holding a batch (0 while extra batches wait locally).
+  std::uint32_t free() const { return held_ >= capacity_ ? 0 : capacity_ - held_; }
   std::uint32_t held() const { return held_; }
   std::uint32_t broker_credit() const { return broker_credit_; }
   bool over_committed() const { return held_ > slots_; }
@@ -53,6 +59,10 @@ class CreditLedger {
     return grant;
   }
 
+  // True when a DONE would grant credit (slots became usable, or were
+  // freed, since the last one).
+  bool GrantDue(bool draining) const { return !draining && free() > broker_credit_; }
+
   // Undoes TakeGrant(`grant`) when that DONE could not be sent.
   void ReturnGrant(std::uint32_t grant) {
     broker_credit_ = grant > broker_credit_ ? 0 : broker_credit_ - grant;
@@ -60,6 +70,7 @@ class CreditLedger {
 
  private:
   const std::uint32_t slots_;
+  std::uint32_t capacity_;           // usable slots, <= slots_
   std::uint32_t held_ = 0;           // dispatched to us, not yet finished
   std::uint32_t broker_credit_ = 0;  // what the broker may still send us
 };

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "worker/exec_handler.h"
+#include "worker/process_handler.h"
 
 namespace fleet::worker {
 
@@ -91,8 +92,20 @@ std::unique_ptr<Handler> MakeHandler(const HandlerOptions& options) {
     exec.command = options.exec;
     return std::make_unique<ExecHandler>(std::move(exec));
   }
+  if (options.name == "process") {
+    if (options.exec.empty()) {
+      throw std::invalid_argument("--handler process requires --exec \"CMD\"");
+    }
+    ProcessHandler::Options process;
+    process.command = options.exec;
+    process.slots = options.slots;
+    process.worker_id = options.worker_id;
+    process.grace = options.grace;
+    process.max_frame_bytes = options.max_frame_bytes;
+    return std::make_unique<ProcessHandler>(std::move(process));
+  }
   throw std::invalid_argument("unknown handler '" + options.name +
-                              "' (echo, sleep, sha256, exec)");
+                              "' (echo, sleep, sha256, exec, process)");
 }
 
 }  // namespace fleet::worker

@@ -22,13 +22,26 @@ struct HandlerOutput {
   bool ok = true;
   std::string result;  // the handler's output ("" when failed)
   std::string error;   // why it failed ("" when ok)
+  // Failed without running to an answer (its handler process died or broke
+  // the protocol): the broker is asked for another try (DONE outcome retry).
+  bool retry = false;
 
   static HandlerOutput Ok(std::string result) {
-    return HandlerOutput{true, std::move(result), {}};
+    return HandlerOutput{true, std::move(result), {}, false};
   }
   static HandlerOutput Failed(std::string error) {
-    return HandlerOutput{false, {}, std::move(error)};
+    return HandlerOutput{false, {}, std::move(error), false};
   }
+  static HandlerOutput Retry(std::string error) {
+    return HandlerOutput{false, {}, std::move(error), true};
+  }
+};
+
+// What a handler may want to know about the batch besides its payload.
+struct BatchInfo {
+  std::string_view id;
+  std::string_view queue;
+  std::uint32_t attempt = 1;
 };
 
 class Handler {
@@ -42,6 +55,22 @@ class Handler {
   // past it. Must not throw for bad input; a thrown exception is turned into
   // a failed result by the caller.
   virtual HandlerOutput Run(std::string payload, Timeout timeout) = 0;
+
+  // Run with the batch's id, queue and attempt, for handlers that pass
+  // them on (the process handler); the others ignore them.
+  virtual HandlerOutput RunBatch(const BatchInfo& /*batch*/, std::string payload,
+                                 Timeout timeout) {
+    return Run(std::move(payload), timeout);
+  }
+
+  // A handler whose slots need preparing (a process started and ready)
+  // says how many are ready now; -1 (the default): every slot, always.
+  // Thread-safe.
+  virtual int ready_slots() const { return -1; }
+  // A descriptor that becomes readable when ready_slots() may have changed
+  // (an eventfd; the loop polls it and calls AckReady); -1: none.
+  virtual int ready_fd() const { return -1; }
+  virtual void AckReady() {}
 
   // Stops any external work (child processes) at once. Called only on the
   // "exit now" path; batches in progress then fail. Thread-safe.
@@ -94,8 +123,15 @@ class Sha256Handler : public Handler {
 std::string Sha256Hex(std::string_view data);
 
 struct HandlerOptions {
-  std::string name = "echo";  // echo, sleep, sha256, exec
-  std::string exec;           // the shell command for exec; required there
+  std::string name = "echo";  // echo, sleep, sha256, exec, process
+  std::string exec;           // the shell command for exec and process
+  // process: one handler process per slot; the worker's id (passed on in
+  // FLEET_WORKER_ID); how long a handler has to exit after its stdin is
+  // closed; the largest frame body taken from a handler.
+  int slots = 1;
+  std::string worker_id;
+  Timeout grace{5};
+  std::size_t max_frame_bytes = (64u << 20) + (64u << 10);
 };
 
 // Builds the handler `options.name`. Throws std::invalid_argument on an

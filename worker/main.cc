@@ -54,12 +54,21 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--handler", options.handler.name,
                  "echo (payload back), sleep (payload = ms), sha256 (hex digest), "
-                 "exec (run --exec)")
-      ->check(CLI::IsMember({"echo", "sleep", "sha256", "exec"}))
+                 "exec (run --exec per batch), process (run --exec once per slot and keep it: "
+                 "docs/handler-protocol.md)")
+      ->check(CLI::IsMember({"echo", "sleep", "sha256", "exec", "process"}))
       ->capture_default_str();
   app.add_option("--exec", options.handler.exec,
-                 "command for --handler exec, run by /bin/sh -c per batch: "
-                 "payload on stdin, result from stdout");
+                 "the command: for --handler exec run by /bin/sh -c once per batch (payload "
+                 "on stdin, result from stdout); for --handler process started once per slot "
+                 "(directly when it is plain words, else by /bin/sh -c) and kept running, "
+                 "speaking docs/handler-protocol.md on its stdin and stdout");
+  double grace_seconds = options.handler.grace.count();
+  app.add_option("--handler-grace-seconds", grace_seconds,
+                 "--handler process: how long a handler has to exit after the worker closes "
+                 "its stdin at shutdown before it is killed")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
   app.add_option("--batch-timeout", batch_timeout,
                  "seconds a batch may run before it is failed (0 = no limit)")
       ->check(CLI::NonNegativeNumber)
@@ -88,6 +97,12 @@ int main(int argc, char** argv) {
                  "(the shell command to run per batch)\n";
     return 2;
   }
+  if (options.handler.name == "process" && options.handler.exec.empty()) {
+    std::cerr << "fleet-worker: --handler process requires --exec \"CMD\" "
+                 "(the handler program to keep running per slot; docs/handler-protocol.md)\n";
+    return 2;
+  }
+  options.handler.grace = fleet::worker::Timeout(grace_seconds);
   options.batch_timeout = fleet::worker::Timeout(batch_timeout);
   options.heartbeat = fleet::Millis(heartbeat_ms);
 
@@ -99,7 +114,8 @@ int main(int argc, char** argv) {
     std::cerr << "fleet-worker: " << e.what() << "\n";
     return 2;
   }
-  if (!options.handler.exec.empty() && options.handler.name != "exec") {
+  if (!options.handler.exec.empty() && options.handler.name != "exec" &&
+      options.handler.name != "process") {
     spdlog::warn("--exec is ignored with --handler {}", options.handler.name);
   }
   fleet::InstallStopSignals();

@@ -71,7 +71,8 @@ std::optional<Completion> Completion::Receive(zmq::socket_t& pull) {
     std::memcpy(&ok, h + 4, 1);
     std::memcpy(&c.seconds_, h + 5, 8);
     std::memcpy(&c.id_size_, h + 13, 4);
-    c.ok_ = ok != 0;
+    c.ok_ = ok == 1;
+    c.retry_ = ok == 2;
     if (c.id_size_ <= c.header_.size() - kIdAt) return c;
   }
   spdlog::error("slot sent a malformed completion ({} frames); dropped", frames);
@@ -83,7 +84,8 @@ Completion Completion::Run(Handler& handler, Task task, Timeout timeout,
   const auto start = std::chrono::steady_clock::now();
   HandlerOutput out;
   try {
-    out = handler.Run(std::move(task.payload), timeout);
+    out = handler.RunBatch(BatchInfo{task.id, task.queue, task.attempt},
+                           std::move(task.payload), timeout);
   } catch (const std::bad_alloc&) {
     out = HandlerOutput::Failed("handler ran out of memory");
   } catch (const std::exception& e) {
@@ -103,14 +105,16 @@ Completion Completion::Run(Handler& handler, Task task, Timeout timeout,
     out.error += "...";
   }
   spdlog::debug("batch {} attempt {} {} in {:.3f}s", task.id, task.attempt,
-                out.ok ? "ok" : "failed", took.count());
+                out.ok ? "ok" : (out.retry ? "given back for a retry" : "failed"),
+                took.count());
 
   Completion c;
   c.attempt_ = task.attempt;
   c.ok_ = out.ok;
+  c.retry_ = !out.ok && out.retry;
   c.seconds_ = took.count();
   c.id_size_ = static_cast<std::uint32_t>(task.id.size());
-  const std::uint8_t ok = out.ok ? 1 : 0;
+  const std::uint8_t ok = out.ok ? 1 : (c.retry_ ? 2 : 0);
   c.header_.rebuild(kIdAt + task.id.size() + out.error.size());
   auto* h = static_cast<char*>(c.header_.data());
   std::memcpy(h, &c.attempt_, 4);

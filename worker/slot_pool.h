@@ -62,6 +62,8 @@ class Completion {
   std::string_view id() const { return Header(kIdAt, id_size_); }
   std::uint32_t attempt() const { return attempt_; }
   bool ok() const { return ok_; }
+  // Failed, and the broker is asked for another try (DONE outcome retry).
+  bool retry() const { return retry_; }
   std::string_view result() const {
     return {static_cast<const char*>(result_.data()), result_.size()};
   }
@@ -74,7 +76,8 @@ class Completion {
   std::size_t size() const { return header_.size() + result_.size() + 16; }
 
   // Header layout, host order (inproc never leaves the process): attempt
-  // (4 bytes), ok (1), seconds (8, a double), id size (4), id, error.
+  // (4 bytes), outcome (1: 0 failed, 1 ok, 2 retry), seconds (8, a
+  // double), id size (4), id, error.
   static constexpr std::size_t kIdAt = 4 + 1 + 8 + 4;
 
  private:
@@ -86,6 +89,7 @@ class Completion {
   std::uint32_t attempt_ = 0;
   std::uint32_t id_size_ = 0;
   bool ok_ = false;
+  bool retry_ = false;
   double seconds_ = 0;
 };
 

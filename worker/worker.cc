@@ -120,7 +120,14 @@ Worker::Worker(WorkerOptions options)
   incarnation_ = fmt::format("{:016x}", std::uniform_int_distribution<std::uint64_t>()(rng_));
   // Read now: once the parent dies, getppid() names whoever adopted us.
   if (const pid_t parent = getppid(); parent > 1) g_parent_pid = parent;
+  options_.handler.slots = options_.concurrency;
+  options_.handler.worker_id = options_.id;
+  options_.handler.max_frame_bytes = options_.limits.max_payload_bytes + (64u << 10);
   handler_ = MakeHandler(options_.handler);
+  if (handler_->ready_slots() >= 0) {
+    // Its slots count once their handler process is ready (UpdateCapacity).
+    credit_.SetCapacity(0);
+  }
   results_.set(zmq::sockopt::rcvhwm, 0);
   results_.set(zmq::sockopt::linger, 0);
   results_.bind(kResultsEndpoint);
@@ -156,17 +163,44 @@ int Worker::Run() {
     Flush(now);
     if (exit_code_) return *exit_code_;
 
-    zmq::pollitem_t items[2] = {
+    // The handler's readiness descriptor sits where the broker's socket
+    // is missing, so the broker stays second whenever it is there.
+    const int ready_fd = handler_->ready_fd();
+    zmq::pollitem_t items[3] = {
         {results_.handle(), 0, ZMQ_POLLIN, 0},
         {broker_ ? broker_->handle() : nullptr, 0,
          static_cast<short>(ZMQ_POLLIN | (want_out_ ? ZMQ_POLLOUT : 0)), 0},
+        {nullptr, ready_fd, ZMQ_POLLIN, 0},
     };
-    PollNoThrow(items, broker_ ? 2 : 1, PollTimeout(now));
+    int count = broker_ ? 2 : 1;
+    if (ready_fd >= 0) {
+      if (!broker_) items[1] = items[2];
+      ++count;
+    }
+    PollNoThrow(items, count, PollTimeout(now));
 
     now = clock_.Now();
+    if (ready_fd >= 0 && (items[count - 1].revents & ZMQ_POLLIN) != 0) UpdateCapacity();
     ReceiveCompletions();
     ReceiveFromBroker(now);
   }
+}
+
+void Worker::UpdateCapacity() {
+  handler_->AckReady();
+  const int ready = handler_->ready_slots();
+  if (ready < 0) return;
+  // Prefetch rides on the ready slots only: no batch waits here for a
+  // handler that is not up.
+  const auto capacity = static_cast<std::uint32_t>(ready > 0 ? ready + options_.prefetch : 0);
+  if (capacity == credit_.capacity()) return;
+  if (ready > 0 && !ever_ready_) {
+    ever_ready_ = true;
+    spdlog::info("worker {}: a handler is ready; registering", options_.id);
+  }
+  spdlog::debug("worker {}: {} of {} handler processes ready", options_.id, ready,
+                options_.concurrency);
+  credit_.SetCapacity(capacity);
 }
 
 void Worker::OpenSocket(TimePoint now) {
@@ -410,6 +444,10 @@ void Worker::Flush(TimePoint now) {
 
   if (state_ == State::kConnecting) {
     if (now < hello_at_) return;
+    // A worker whose handler processes are starting asks for work once the
+    // first one is ready: their start-up is not a batch's wait. (After
+    // that, a HELLO goes out whatever is ready, results may be waiting.)
+    if (handler_->ready_slots() >= 0 && !ever_ready_ && !Draining()) return;
     proto::Hello hello;
     hello.worker_id = options_.id;
     // To the broker, concurrency is what it may have us hold at once.
@@ -439,9 +477,12 @@ void Worker::Flush(TimePoint now) {
     drain_sent_ = true;
   }
 
-  if (!unsent_.empty() && MaySendResults() && !SendDone(now)) {
-    want_out_ = true;
-    return;
+  if ((!unsent_.empty() && MaySendResults()) ||
+      (state_ == State::kRegistered && credit_.GrantDue(Draining()))) {
+    if (!SendDone(now)) {
+      want_out_ = true;
+      return;
+    }
   }
 
   if (Draining() && credit_.held() == 0 && unsent_.empty() && state_ == State::kRegistered) {
@@ -466,7 +507,11 @@ bool Worker::SendDone(TimePoint now) {
   std::uint32_t credit = 0;
   bool granted = false;
   const std::size_t budget = options_.limits.max_message_bytes - 4096;
-  while (!unsent_.empty()) {
+  // No results but credit to grant (a handler became ready): one DONE
+  // with an empty list.
+  bool grant_only = unsent_.empty();
+  while (!unsent_.empty() || grant_only) {
+    grant_only = false;
     proto::Done done;
     if (!granted) credit = credit_.TakeGrant(Draining());
     done.credit = credit;
@@ -476,7 +521,9 @@ bool Worker::SendDone(TimePoint now) {
       if (!done.results.empty() && bytes + c.size() > budget) break;
       bytes += c.size();
       done.results.push_back(proto::DoneItem{
-          c.id(), c.attempt(), c.ok() ? proto::Outcome::kOk : proto::Outcome::kFailed,
+          c.id(), c.attempt(),
+          c.ok() ? proto::Outcome::kOk
+                 : (c.retry() ? proto::Outcome::kRetry : proto::Outcome::kFailed),
           c.result(), c.error()});
     }
     if (!Send(done, now)) {

@@ -88,6 +88,8 @@ class Worker {
     kRegistered,    // WELCOME received
   };
 
+  // Reads the handler's ready slots into the credit ledger.
+  void UpdateCapacity();
   void OpenSocket(TimePoint now);
   void Reconnect(TimePoint now, const std::string& why);
   Millis NextBackoff();
@@ -141,6 +143,7 @@ class Worker {
   int reported_parent_repeats_ = 0;  // parent SIGTERMs after the first, logged
   std::string incarnation_;          // sent in HELLO: this process run
   bool legacy_hello_ = false;        // the broker refused the 6-field HELLO
+  bool ever_ready_ = false;          // a handler process has been ready
   bool duplicate_logged_ = false;    // duplicate_worker logged (since WELCOME)
   bool drain_sent_ = false;   // DRAIN sent on the current registration
   bool abandoned_ = false;

@@ -290,6 +290,47 @@ TEST_F(BrokerCoreTest, DeadLettersAfterMaxAttemptsWithReason) {
   EXPECT_EQ(core_->counters().dead_lettered, 1u);
 }
 
+// DONE outcome retry (a worker's handler died mid-batch): the holder's
+// retry requeues the batch at the front and frees the worker's credit;
+// anyone else's is a duplicate; --max-attempts still dead-letters it.
+TEST_F(BrokerCoreTest, RetryFromTheHolderRequeuesAndDeadLettersAtMaxAttempts) {
+  BrokerOptions o;
+  o.max_attempts = 2;
+  Reset(o);
+  Hello("W1", "w1", 1);
+  Hello("W2", "w2", 1);
+  Submit("P", {"r", "s"});
+  auto sent = PumpAndFlush();
+  const std::string holder = sent["w1"] == std::vector<std::string>{"r"} ? "W1" : "W2";
+  const std::string other = holder == "W1" ? "W2" : "W1";
+  ASSERT_EQ(sent[holder == "W1" ? "w1" : "w2"], std::vector<std::string>{"r"});
+  // From the worker that does not hold it: ignored.
+  Done(other, "r", 0, Outcome::kRetry);
+  PumpAndFlush();
+  EXPECT_EQ(core_->counters().duplicates, 1u);
+  EXPECT_EQ(core_->counters().requeued, 0u);
+  // From the holder: requeued, and dispatched again with its credit back.
+  Done(holder, "r", 1, Outcome::kRetry);
+  sent = PumpAndFlush();
+  EXPECT_EQ(core_->counters().requeued, 1u);
+  EXPECT_TRUE(results_["P"].empty());
+  const std::string again = sent["w1"] == std::vector<std::string>{"r"} ? "W1" : "W2";
+  ASSERT_EQ(sent[again == "W1" ? "w1" : "w2"], std::vector<std::string>{"r"});
+  EXPECT_EQ(core_->batches().Get(*core_->batches().FindId("r"))->attempts, 2u);
+  // The second retry is the last attempt: dead-lettered with the reason.
+  core_->OnMessage(Socket::kBackend, again,
+                   proto::Done{1, {{"r", 2, Outcome::kRetry, "", "handler exited (x)"}}},
+                   clock_.Now());
+  PumpAndFlush();
+  ASSERT_EQ(results_["P"], std::vector<std::string>{"r"});
+  auto r = core_->results().Find("r");
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->outcome, Outcome::kFailed);
+  EXPECT_NE(r->error.find("dead-lettered after 2 attempts; last worker w"), std::string::npos)
+      << r->error;
+  EXPECT_NE(r->error.find("asked for a retry: handler exited (x)"), std::string::npos) << r->error;
+}
+
 TEST_F(BrokerCoreTest, QueueFullIsRejectedNotDropped) {
   BrokerOptions o;
   o.max_queue = 2;

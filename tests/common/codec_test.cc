@@ -3,10 +3,13 @@
 #include <gtest/gtest.h>
 #include <msgpack.hpp>
 
+#include <functional>
 #include <string>
 
 namespace fleet::proto {
 namespace {
+
+std::string Packed(const std::function<void(msgpack::packer<msgpack::sbuffer>&)>& f);
 
 Message RoundTrip(const Message& in, std::string* keep) {
   *keep = Encode(in);
@@ -70,6 +73,19 @@ TEST(CodecTest, RoundTripsWorkerMessages) {
   ASSERT_EQ(done.results.size(), 1u);
   EXPECT_EQ(done.results[0].result, "r");
 
+  // A DONE's outcome: 0 ok, 3 retry, any other value failed.
+  auto retry = std::get<Done>(RoundTrip(Done{0, {{"b", 1, Outcome::kRetry, "", "died"}}}, &b3));
+  ASSERT_EQ(retry.results.size(), 1u);
+  EXPECT_EQ(retry.results[0].outcome, Outcome::kRetry);
+  std::string odd = Packed([](auto& p) {
+    p.pack_array(4); p.pack(1); p.pack(13); p.pack(0);
+    p.pack_array(1); p.pack_array(5); p.pack("id"); p.pack(1); p.pack(7);
+    p.pack_bin(0); p.pack("x");
+  });
+  Decoded odd_done = Decode(odd.data(), odd.size());
+  ASSERT_TRUE(odd_done.ok()) << odd_done.detail;
+  EXPECT_EQ(std::get<Done>(*odd_done.message).results[0].outcome, Outcome::kFailed);
+
   auto w = std::get<Welcome>(RoundTrip(Welcome{250, 4}, &b4));
   EXPECT_EQ(w.heartbeat_ms, 250u);
   EXPECT_EQ(w.liveness, 4u);
@@ -111,8 +127,6 @@ TEST(CodecTest, RoundTripsControlMessages) {
   auto f = std::get<Fetch>(RoundTrip(Fetch{{"a", "b"}}, &b6));
   EXPECT_EQ(f.ids.size(), 2u);
 }
-
-std::string Packed(const std::function<void(msgpack::packer<msgpack::sbuffer>&)>& f);
 
 TEST(CodecTest, HelloCarriesSlotsAndIncarnationAndFourFieldHellosStillDecode) {
   std::string b1;

@@ -91,9 +91,13 @@ std::string ReadFile(const std::string& path) {
 std::string Bin(const std::string& name) { return std::string(FLEET_BIN_DIR) + "/" + name; }
 
 std::vector<pid_t> WorkerPids(const std::string& prefix) {
-  std::vector<pid_t> pids;
   // "[-]-id": the shell running pgrep does not match its own pattern.
-  std::string cmd = "pgrep -f -- '[-]-id " + prefix + "' 2>/dev/null";
+  return PidsMatching("[-]-id " + prefix);
+}
+
+std::vector<pid_t> PidsMatching(const std::string& pattern) {
+  std::vector<pid_t> pids;
+  std::string cmd = "pgrep -f -- '" + pattern + "' 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return pids;
   int pid;

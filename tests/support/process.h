@@ -58,6 +58,11 @@ inline int CountWorkers(const std::string& prefix) {
   return static_cast<int>(WorkerPids(prefix).size());
 }
 
+// Pids of live processes whose command line matches the extended regular
+// expression `pattern` (pgrep -f); put one character of it in brackets
+// ("[-]-marker x") so the shell running pgrep does not match itself.
+std::vector<pid_t> PidsMatching(const std::string& pattern);
+
 // Path of a program in build/bin.
 std::string Bin(const std::string& name);
 

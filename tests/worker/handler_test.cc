@@ -56,16 +56,25 @@ TEST(SleepHandlerTest, SleepLongerThanTimeoutIsCutShortAndFails) {
   EXPECT_EQ(out.error, "timed out after 0.05s");
 }
 
-TEST(MakeHandlerTest, BuildsEachHandlerByName) {
-  for (const char* name : {"echo", "sleep", "sha256"}) {
-    EXPECT_EQ(MakeHandler({name, ""})->name(), name);
-  }
-  EXPECT_EQ(MakeHandler({"exec", "cat"})->name(), "exec");
+HandlerOptions Named(const std::string& name, const std::string& exec = "") {
+  HandlerOptions o;
+  o.name = name;
+  o.exec = exec;
+  return o;
 }
 
-TEST(MakeHandlerTest, RejectsUnknownNameAndExecWithoutCommand) {
-  EXPECT_THROW(MakeHandler({"nope", ""}), std::invalid_argument);
-  EXPECT_THROW(MakeHandler({"exec", ""}), std::invalid_argument);
+TEST(MakeHandlerTest, BuildsEachHandlerByName) {
+  for (const char* name : {"echo", "sleep", "sha256"}) {
+    EXPECT_EQ(MakeHandler(Named(name))->name(), name);
+  }
+  EXPECT_EQ(MakeHandler(Named("exec", "cat"))->name(), "exec");
+  EXPECT_EQ(MakeHandler(Named("process", "cat"))->name(), "process");
+}
+
+TEST(MakeHandlerTest, RejectsUnknownNameAndExecOrProcessWithoutCommand) {
+  EXPECT_THROW(MakeHandler(Named("nope")), std::invalid_argument);
+  EXPECT_THROW(MakeHandler(Named("exec")), std::invalid_argument);
+  EXPECT_THROW(MakeHandler(Named("process")), std::invalid_argument);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <zmq.hpp>
 
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -448,6 +449,51 @@ TEST_F(WorkerProcessTest, ExecHandlerReturnsCommandStdout) {
   ASSERT_TRUE(msg && msg->As<proto::Done>());
   ASSERT_EQ(msg->As<proto::Done>()->results.size(), 1u);
   EXPECT_EQ(msg->As<proto::Done>()->results[0].result, "SHOUT");
+}
+
+// --handler process: no HELLO before a handler is ready, credit for ready
+// slots only, and a batch whose handler died comes back as DONE retry
+// with the slot's credit granted again once its new handler is ready.
+TEST_F(WorkerProcessTest, ProcessHandlerCreditFollowsReadySlotsAndADeadHandlersBatchIsRetried) {
+  const std::string ready = dir_.File("ready-");
+  auto worker = Start({"--id", "w-proc", "--concurrency", "2", "--handler", "process", "--exec",
+                       Bin("fleet-test-handler") + " --ready-when " + ready});
+  // Both handlers are starting: the worker stays silent.
+  EXPECT_EQ(broker_.Recv(300ms), nullptr);
+  { std::ofstream(ready + "0") << "go"; }
+  auto hello = broker_.Register();
+  ASSERT_TRUE(hello);
+  EXPECT_EQ(hello->As<proto::Hello>()->concurrency, 2u);
+  EXPECT_EQ(hello->As<proto::Hello>()->credit, 1u);
+  { std::ofstream(ready + "1") << "go"; }
+  auto grant = broker_.RecvSkippingHeartbeats();
+  ASSERT_TRUE(grant && grant->As<proto::Done>());
+  EXPECT_EQ(grant->As<proto::Done>()->credit, 1u);
+  EXPECT_TRUE(grant->As<proto::Done>()->results.empty());
+
+  broker_.Send(Batches({{"k1", "once:" + dir_.File("killed") + ":kill"}}));
+  std::uint32_t credit = 0;
+  const proto::DoneItem* retry = nullptr;
+  std::vector<std::unique_ptr<Received>> kept;
+  while (credit < 1) {
+    auto msg = broker_.RecvSkippingHeartbeats();
+    ASSERT_TRUE(msg && msg->As<proto::Done>());
+    credit += msg->As<proto::Done>()->credit;
+    for (const auto& r : msg->As<proto::Done>()->results) retry = &r;
+    kept.push_back(std::move(msg));
+  }
+  ASSERT_NE(retry, nullptr);
+  EXPECT_EQ(retry->id, "k1");
+  EXPECT_EQ(retry->outcome, proto::Outcome::kRetry);
+  EXPECT_EQ(std::string(retry->error).rfind("handler exited (killed by signal 9", 0), 0u)
+      << retry->error;
+  // The same batch again, on the restarted handler: done.
+  broker_.Send(Batches({{"k1", "once:" + dir_.File("killed") + ":kill"}}));
+  auto msg = broker_.RecvSkippingHeartbeats();
+  ASSERT_TRUE(msg && msg->As<proto::Done>());
+  ASSERT_EQ(msg->As<proto::Done>()->results.size(), 1u);
+  EXPECT_EQ(msg->As<proto::Done>()->results[0].outcome, proto::Outcome::kOk);
+  EXPECT_EQ(msg->As<proto::Done>()->results[0].result, "again");
 }
 
 TEST_F(WorkerProcessTest, BatchTimeoutFailsLongSleep) {

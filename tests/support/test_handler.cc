@@ -1,0 +1,167 @@
+// fleet-test-handler: a persistent handler (docs/handler-protocol.md) for
+// the tests and the benchmark. By default it echoes each payload; payloads
+// of the form VERB:ARG make it misbehave on purpose:
+//
+//   sleep:MS        sleep MS milliseconds, then answer ok ""
+//   error:TEXT      answer error TEXT
+//   exit:CODE       exit with CODE in the middle of the batch
+//   kill            SIGKILL itself in the middle of the batch
+//   garbage         write bytes that are not a frame to stdout
+//   wrongid         answer ok for another batch id
+//   stderr:TEXT     write TEXT and a newline to stderr, answer ok ""
+//   env             answer ok "<FLEET_HANDLER_SLOT> <FLEET_WORKER_ID>"
+//   pid             answer ok with its pid
+//   once:FILE:VERB  if FILE does not exist, create it and do VERB (e.g.
+//                   kill); otherwise answer ok "again"
+//
+// Flags: --ready-when FILE (say ready once FILE exists, polling every 10 ms;
+// a FILE ending in "-" gets the slot number appended: one file per slot),
+// --exit-before-ready CODE, --ignore-eof (keep running after stdin closes:
+// the worker must kill it), --marker TEXT (ignored; names it for pgrep).
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "worker/handler_frames.h"
+
+namespace frames = fleet::worker::frames;
+
+namespace {
+
+bool ReadExact(char* out, std::size_t n) {
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::read(0, out + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    got += static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+void WriteAll(const std::string& s) {
+  std::size_t done = 0;
+  while (done < s.size()) {
+    const ssize_t w = ::write(1, s.data() + done, s.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) std::_Exit(3);
+    done += static_cast<std::size_t>(w);
+  }
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string ready_when;
+  bool ignore_eof = false;
+  int exit_before_ready = -1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--ready-when" && i + 1 < argc) {
+      ready_when = argv[++i];
+    } else if (a == "--exit-before-ready" && i + 1 < argc) {
+      exit_before_ready = std::atoi(argv[++i]);
+    } else if (a == "--ignore-eof") {
+      ignore_eof = true;
+    } else if (a == "--marker" && i + 1 < argc) {
+      ++i;
+    } else {
+      std::fprintf(stderr, "fleet-test-handler: unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (exit_before_ready >= 0) {
+    std::fprintf(stderr, "failing before ready on purpose\n");
+    return exit_before_ready;
+  }
+  if (!ready_when.empty() && ready_when.back() == '-') {
+    const char* slot = std::getenv("FLEET_HANDLER_SLOT");
+    ready_when += slot != nullptr ? slot : "?";
+  }
+  while (!ready_when.empty() && !Exists(ready_when)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::string out;
+  frames::AppendReady(&out);
+  WriteAll(out);
+
+  std::string body;
+  while (true) {
+    char header[4];
+    if (!ReadExact(header, 4)) break;
+    const auto* h = reinterpret_cast<const unsigned char*>(header);
+    const std::size_t n = (std::size_t{h[0]} << 24) | (std::size_t{h[1]} << 16) |
+                          (std::size_t{h[2]} << 8) | std::size_t{h[3]};
+    body.resize(n);
+    if (!ReadExact(body.data(), n)) return 4;
+    std::string id, payload;
+    if (!frames::DecodeBatchForTests(body, &id, &payload)) {
+      std::fprintf(stderr, "fleet-test-handler: not a batch frame\n");
+      return 5;
+    }
+    std::string verb = payload, arg;
+    if (const auto colon = payload.find(':'); colon != std::string::npos) {
+      verb = payload.substr(0, colon);
+      arg = payload.substr(colon + 1);
+    }
+    if (verb == "once") {
+      const auto colon = arg.find(':');
+      const std::string file = arg.substr(0, colon);
+      if (Exists(file)) {
+        verb = "again";
+      } else {
+        std::ofstream(file) << "1";
+        verb = colon == std::string::npos ? "" : arg.substr(colon + 1);
+        arg.clear();
+      }
+    }
+    out.clear();
+    if (verb == "sleep") {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(arg.c_str())));
+      frames::AppendOk(&out, id, "");
+    } else if (verb == "error") {
+      frames::AppendError(&out, id, arg);
+    } else if (verb == "exit") {
+      return std::atoi(arg.c_str());
+    } else if (verb == "kill") {
+      ::kill(::getpid(), SIGKILL);
+    } else if (verb == "garbage") {
+      out = "this is not a frame\n";
+    } else if (verb == "wrongid") {
+      frames::AppendOk(&out, id + "-other", payload);
+    } else if (verb == "stderr") {
+      std::fprintf(stderr, "%s\n", arg.c_str());
+      std::fflush(stderr);
+      frames::AppendOk(&out, id, "");
+    } else if (verb == "env") {
+      const char* slot = std::getenv("FLEET_HANDLER_SLOT");
+      const char* worker = std::getenv("FLEET_WORKER_ID");
+      frames::AppendOk(&out, id,
+                       std::string(slot ? slot : "-") + " " + (worker ? worker : "-"));
+    } else if (verb == "pid") {
+      frames::AppendOk(&out, id, std::to_string(::getpid()));
+    } else if (verb == "again") {
+      frames::AppendOk(&out, id, "again");
+    } else {
+      frames::AppendOk(&out, id, payload);
+    }
+    WriteAll(out);
+  }
+  if (ignore_eof) {
+    while (true) ::pause();
+  }
+  return 0;
+}

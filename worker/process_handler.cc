@@ -1,0 +1,739 @@
+#include "worker/process_handler.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <stdexcept>
+
+#include "worker/handler_frames.h"
+
+extern char** environ;
+
+namespace fleet::worker {
+namespace {
+
+constexpr std::size_t kStderrLineMax = 4096;
+constexpr std::size_t kStderrTailLines = 5;
+constexpr std::size_t kReadChunk = 64 << 10;
+
+void CloseFd(int* fd) {
+  if (*fd >= 0) ::close(*fd);
+  *fd = -1;
+}
+
+// A close-on-exec pipe whose ends are both above 2, so the dup2 onto 0, 1
+// and 2 in the child never clobbers another end.
+bool MakePipe(int* read_end, int* write_end) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return false;
+  for (int& fd : fds) {
+    if (fd <= 2) {
+      const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+      ::close(fd);
+      fd = moved;
+    }
+  }
+  if (fds[0] < 0 || fds[1] < 0) {
+    CloseFd(&fds[0]);
+    CloseFd(&fds[1]);
+    return false;
+  }
+  *read_end = fds[0];
+  *write_end = fds[1];
+  return true;
+}
+
+void SetNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+void Signal(int eventfd) {
+  const std::uint64_t one = 1;
+  while (::write(eventfd, &one, sizeof(one)) < 0 && errno == EINTR) {
+  }
+}
+
+void Drain(int eventfd) {
+  std::uint64_t n = 0;
+  while (::read(eventfd, &n, sizeof(n)) < 0 && errno == EINTR) {
+  }
+}
+
+std::string StatusText(int code, int status) {
+  if (code == CLD_EXITED) return "exit status " + std::to_string(status);
+  return "killed by signal " + std::to_string(status) + " (" + ::strsignal(status) + ")";
+}
+
+// The words of `command` when it needs no shell: plain words separated by
+// blanks, the first naming a program found on PATH (not a shell keyword,
+// builtin or variable assignment). Empty when the shell must run it.
+std::vector<std::string> PlainCommand(const std::string& command) {
+  static constexpr std::string_view kShellSyntax = "|&;<>()$`\\\"'*?[#~\n";
+  if (command.find_first_of(kShellSyntax) != std::string::npos) return {};
+  std::vector<std::string> words;
+  std::size_t at = 0;
+  while (true) {
+    at = command.find_first_not_of(" \t", at);
+    if (at == std::string::npos) break;
+    const std::size_t end = std::min(command.find_first_of(" \t", at), command.size());
+    words.push_back(command.substr(at, end - at));
+    at = end;
+  }
+  if (words.empty() || words[0].find('=') != std::string::npos) return {};
+  static const char* const kShellWords[] = {
+      "!", "{", "}", "case", "do", "done", "elif", "else", "esac", "fi", "for", "if", "in",
+      "then", "until", "while", ".", ":", "alias", "bg", "break", "cd", "command", "continue",
+      "eval", "exec", "exit", "export", "fg", "getopts", "hash", "jobs", "local", "read",
+      "readonly", "return", "set", "shift", "times", "trap", "type", "ulimit", "umask",
+      "unalias", "unset", "wait"};
+  for (const char* w : kShellWords) {
+    if (words[0] == w) return {};
+  }
+  if (words[0].find('/') == std::string::npos) {
+    const char* path = std::getenv("PATH");
+    std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+    std::string found;
+    std::size_t from = 0;
+    while (found.empty() && from <= dirs.size()) {
+      const std::size_t colon = std::min(dirs.find(':', from), dirs.size());
+      std::string dir = dirs.substr(from, colon - from);
+      if (dir.empty()) dir = ".";
+      const std::string candidate = dir + "/" + words[0];
+      if (::access(candidate.c_str(), X_OK) == 0) found = candidate;
+      from = colon + 1;
+    }
+    if (found.empty()) return {};  // the shell says "not found" on stderr
+    words[0] = found;
+  }
+  return words;
+}
+
+int MillisUntil(std::chrono::steady_clock::time_point t) {
+  const auto left =
+      std::chrono::ceil<std::chrono::milliseconds>(t - std::chrono::steady_clock::now());
+  return static_cast<int>(std::clamp<long long>(left.count(), 0, 60'000));
+}
+
+}  // namespace
+
+struct ProcessHandler::Child {
+  enum class State {
+    kDown,      // no process; started again at restart_at (unless closing)
+    kStarting,  // started, its `ready` not read yet
+    kIdle,      // ready, holds no batch
+    kBusy,      // a slot thread is exchanging a batch with it
+    kFailed,    // killed (or found dead); the supervisor reaps it
+  };
+  int slot = 0;
+  State state = State::kDown;
+  pid_t pid = -1;
+  int pidfd = -1;
+  int in = -1, out = -1, err = -1;  // our ends of its stdin, stdout, stderr
+  bool exit_seen = false;           // its pidfd fired while it was busy
+  std::string out_buf;              // stdout bytes not yet a whole frame
+  std::string frame;                // scratch: the batch frame written
+  std::string err_line;             // stderr bytes not yet a whole line
+  std::deque<std::string> err_tail;  // its last stderr lines
+  Clock::time_point restart_at{};
+  std::chrono::milliseconds backoff{0};
+  std::string failure;  // why it was killed, for the restart log line
+};
+
+ProcessHandler::ProcessHandler(Options options)
+    : options_(std::move(options)), kind_("handler") {
+  if (options_.command.empty()) throw std::invalid_argument("process handler needs a command");
+  if (options_.slots < 1 || options_.slots > 1024) {
+    throw std::invalid_argument("process handler: slots must be in 1..1024");
+  }
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  ready_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0 || ready_fd_ < 0) {
+    CloseFd(&wake_fd_);
+    CloseFd(&ready_fd_);
+    throw std::runtime_error(std::string("process handler: eventfd: ") + std::strerror(errno));
+  }
+  for (int i = 0; i < options_.slots; ++i) {
+    auto c = std::make_unique<Child>();
+    c->slot = i;
+    c->backoff = options_.backoff_initial;
+    children_.push_back(std::move(c));
+  }
+  // The supervisor blocks the stop signals so they reach the loop's thread.
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigaddset(&block, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  supervisor_ = std::thread([this] { SupervisorMain(); });
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+ProcessHandler::~ProcessHandler() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;
+  }
+  idle_cv_.notify_all();
+  Wake();
+  supervisor_.join();
+  CloseFd(&wake_fd_);
+  CloseFd(&ready_fd_);
+}
+
+void ProcessHandler::Wake() { Signal(wake_fd_); }
+void ProcessHandler::NotifyReady() { Signal(ready_fd_); }
+void ProcessHandler::AckReady() { Drain(ready_fd_); }
+
+int ProcessHandler::CountReadyLocked() const {
+  int n = 0;
+  for (const auto& c : children_) {
+    n += c->state == Child::State::kIdle || c->state == Child::State::kBusy;
+  }
+  return n;
+}
+
+int ProcessHandler::ready_slots() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return CountReadyLocked();
+}
+
+int ProcessHandler::starts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return starts_;
+}
+
+// ---- the supervisor ----
+
+void ProcessHandler::SupervisorMain() {
+  bool stdin_closed = false, killed = false;
+  Clock::time_point close_deadline{};
+  std::vector<pollfd> fds;
+  std::vector<std::pair<Child*, int>> owners;  // per pollfd: child, 0 pidfd 1 out 2 err
+  while (true) {
+    std::vector<Child*> to_start;
+    int timeout_ms = -1;
+    fds.clear();
+    owners.clear();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto now = Clock::now();
+      if (closing_) {
+        if (!stdin_closed) {
+          // No batch runs any more (the slots are gone): end of input is
+          // the handlers' signal to exit.
+          for (auto& c : children_) CloseFd(&c->in);
+          stdin_closed = true;
+          close_deadline = now + std::chrono::duration_cast<Clock::duration>(options_.grace);
+        }
+        bool any = false;
+        for (auto& c : children_) any = any || c->pid > 0;
+        if (!any) break;
+        if (!killed && now >= close_deadline) {
+          for (auto& c : children_) {
+            if (c->pid <= 0) continue;
+            spdlog::warn("{} slot {}: still running {:.1f}s after its stdin was closed; killed",
+                         kind_, c->slot, options_.grace.count());
+            ::kill(-c->pid, SIGKILL);
+          }
+          killed = true;
+        }
+        if (!killed) timeout_ms = MillisUntil(close_deadline);
+      } else if (!aborted_) {
+        for (auto& c : children_) {
+          if (c->state != Child::State::kDown) continue;
+          if (now >= c->restart_at) {
+            c->state = Child::State::kStarting;  // nobody else touches it now
+            to_start.push_back(c.get());
+          } else {
+            const int ms = MillisUntil(c->restart_at);
+            timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
+          }
+        }
+      }
+      if (to_start.empty()) {
+        for (auto& c : children_) {
+          if (c->pid <= 0) continue;
+          // A busy child's exit is its slot thread's to find (stdout ends);
+          // once seen here, it is left out until that thread gives it up.
+          if (!(c->state == Child::State::kBusy && c->exit_seen)) {
+            fds.push_back({c->pidfd, POLLIN, 0});
+            owners.emplace_back(c.get(), 0);
+          }
+          if (c->state == Child::State::kStarting && c->out >= 0) {
+            fds.push_back({c->out, POLLIN, 0});
+            owners.emplace_back(c.get(), 1);
+          }
+          if (c->err >= 0) {
+            fds.push_back({c->err, POLLIN, 0});
+            owners.emplace_back(c.get(), 2);
+          }
+        }
+      }
+    }
+    if (!to_start.empty()) {
+      for (Child* c : to_start) Spawn(*c);
+      continue;
+    }
+    fds.push_back({wake_fd_, POLLIN, 0});
+    const int ready = ::poll(fds.data(), fds.size(), timeout_ms);
+    if (ready < 0 && errno != EINTR) {
+      spdlog::error("{}s: poll failed: {}", kind_, std::strerror(errno));
+    }
+    if (ready <= 0) continue;
+    if (fds.back().revents != 0) Drain(wake_fd_);
+
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto now = Clock::now();
+    // stderr first, so a child's last words are logged before its exit.
+    for (std::size_t i = 0; i + 1 < fds.size(); ++i) {
+      if (fds[i].revents != 0 && owners[i].second == 2) ReadStderr(*owners[i].first);
+    }
+    for (std::size_t i = 0; i + 1 < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      Child& c = *owners[i].first;
+      if (owners[i].second == 1 && c.state == Child::State::kStarting) ReadStartup(c);
+    }
+    for (std::size_t i = 0; i + 1 < fds.size(); ++i) {
+      if (fds[i].revents == 0 || owners[i].second != 0) continue;
+      Child& c = *owners[i].first;
+      if (c.pid <= 0 || c.pidfd != fds[i].fd) continue;  // reaped already
+      if (c.state == Child::State::kBusy) {
+        c.exit_seen = true;
+      } else {
+        Reap(c, now);
+      }
+    }
+  }
+}
+
+void ProcessHandler::ReadStderr(Child& c) {
+  char buf[4096];
+  while (c.err >= 0) {
+    const ssize_t n = ::read(c.err, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) return;
+    if (n <= 0) {
+      if (!c.err_line.empty()) {
+        spdlog::info("{} slot {}: {}", kind_, c.slot, c.err_line);
+        c.err_tail.push_back(std::move(c.err_line));
+        if (c.err_tail.size() > kStderrTailLines) c.err_tail.pop_front();
+        c.err_line.clear();
+      }
+      CloseFd(&c.err);
+      return;
+    }
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buf[i] == '\n') {
+        spdlog::info("{} slot {}: {}", kind_, c.slot, c.err_line);
+        c.err_tail.push_back(std::move(c.err_line));
+        if (c.err_tail.size() > kStderrTailLines) c.err_tail.pop_front();
+        c.err_line.clear();
+      } else if (c.err_line.size() < kStderrLineMax) {
+        c.err_line.push_back(buf[i]);
+      }
+    }
+  }
+}
+
+void ProcessHandler::ReadStartup(Child& c) {
+  char buf[4096];
+  while (true) {
+    const ssize_t n = ::read(c.out, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;  // EAGAIN: all read
+    if (n == 0) {
+      // It closed stdout before saying ready: it is exiting. Its pidfd
+      // says when; stop watching stdout.
+      CloseFd(&c.out);
+      return;
+    }
+    c.out_buf.append(buf, static_cast<std::size_t>(n));
+    if (c.out_buf.size() > 64 << 10) break;
+  }
+  std::size_t body = 0;
+  switch (frames::ScanFrame(c.out_buf, 64 << 10, &body)) {
+    case frames::Scan::kNeedMore:
+      return;
+    case frames::Scan::kTooLarge:
+      KillLocked(c, "protocol error: a first frame of " + std::to_string(body) +
+                        " bytes (expected ready)");
+      return;
+    case frames::Scan::kFrame:
+      break;
+  }
+  frames::HandlerMessage m;
+  std::string why;
+  const std::string_view frame(c.out_buf.data() + frames::kHeaderBytes, body);
+  if (!frames::DecodeHandlerMessage(frame, &m, &why)) {
+    KillLocked(c, "protocol error: " + why + " (expected ready)");
+    return;
+  }
+  if (m.kind != frames::HandlerMessage::Kind::kReady) {
+    KillLocked(c, "protocol error: an answer before ready");
+    return;
+  }
+  if (m.version != frames::kVersion) {
+    KillLocked(c, "protocol error: handler protocol version " + std::to_string(m.version) +
+                      " (this worker speaks " + std::to_string(frames::kVersion) + ")");
+    return;
+  }
+  c.out_buf.erase(0, frames::kHeaderBytes + body);  // anything after it: found at the next batch
+  c.state = Child::State::kIdle;
+  spdlog::info("{} slot {} ready (pid {})", kind_, c.slot, c.pid);
+  NotifyReady();
+  idle_cv_.notify_one();
+}
+
+void ProcessHandler::Reap(Child& c, Clock::time_point now) {
+  // Whatever the leader left in its process group goes with it. The
+  // leader is a zombie until waitpid, so its id still names the group.
+  ::kill(-c.pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (c.err >= 0) ReadStderr(c);  // its last lines, if the pipe holds any
+  std::string how = WIFEXITED(status)
+                        ? StatusText(CLD_EXITED, WEXITSTATUS(status))
+                        : (WIFSIGNALED(status) ? StatusText(CLD_KILLED, WTERMSIG(status))
+                                               : "wait status " + std::to_string(status));
+  const Child::State was = c.state;
+  const bool was_ready = was == Child::State::kIdle;
+  CloseFd(&c.pidfd);
+  CloseFd(&c.in);
+  CloseFd(&c.out);
+  CloseFd(&c.err);
+  c.pid = -1;
+  c.exit_seen = false;
+  c.out_buf.clear();
+  c.err_line.clear();
+  c.state = Child::State::kDown;
+  if (closing_ || aborted_) {
+    spdlog::debug("{} slot {} exited ({})", kind_, c.slot, how);
+    c.err_tail.clear();
+    return;
+  }
+  c.restart_at = now + c.backoff;
+  std::string tail;
+  for (const auto& line : c.err_tail) tail += (tail.empty() ? "" : " | ") + line;
+  c.err_tail.clear();
+  if (was == Child::State::kFailed) {
+    spdlog::warn("{} slot {} {}; restarting in {} ms", kind_, c.slot, c.failure,
+                 c.backoff.count());
+  } else {
+    spdlog::warn("{} slot {} exited {} ({}){}; restarting in {} ms", kind_, c.slot,
+                 was == Child::State::kStarting ? "before it was ready" : "while idle", how,
+                 tail.empty() ? "" : "; last stderr: " + tail, c.backoff.count());
+  }
+  c.backoff = std::min(c.backoff * 2, options_.backoff_max);
+  if (was_ready) NotifyReady();
+}
+
+void ProcessHandler::KillLocked(Child& c, const std::string& why) {
+  const bool was_ready = c.state == Child::State::kIdle || c.state == Child::State::kBusy;
+  if (c.pid > 0) ::kill(-c.pid, SIGKILL);
+  c.failure = why;
+  c.state = Child::State::kFailed;
+  if (was_ready) NotifyReady();
+  Wake();
+}
+
+void ProcessHandler::Spawn(Child& c) {
+  int in_r = -1, in_w = -1, out_r = -1, out_w = -1, err_r = -1, err_w = -1;
+  std::string error;
+  if (!MakePipe(&in_r, &in_w) || !MakePipe(&out_r, &out_w) || !MakePipe(&err_r, &err_w)) {
+    error = std::string("pipe: ") + std::strerror(errno);
+  }
+  // Everything the child needs is built before fork: between fork and exec
+  // only async-signal-safe calls are made.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view v(*e);
+    if (v.rfind("FLEET_HANDLER_SLOT=", 0) == 0 || v.rfind("FLEET_WORKER_ID=", 0) == 0) continue;
+    env_strings.emplace_back(v);
+  }
+  env_strings.push_back("FLEET_HANDLER_SLOT=" + std::to_string(c.slot));
+  env_strings.push_back("FLEET_WORKER_ID=" + options_.worker_id);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  // A plain command is run directly, so the handler is our child and gets
+  // the parent-death signal itself (a shell would not pass it on).
+  std::vector<std::string> words = PlainCommand(options_.command);
+  if (words.empty()) words = {options_.shell, "-c", options_.command};
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+
+  pid_t pid = -1;
+  int pidfd = -1;
+  if (error.empty()) {
+    pid = ::fork();
+    if (pid == 0) {
+      ::setpgid(0, 0);
+      // Killed with the worker, whatever way it dies.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      ::dup2(in_r, 0);
+      ::dup2(out_w, 1);
+      ::dup2(err_w, 2);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      sigemptyset(&dfl.sa_mask);
+      ::sigaction(SIGPIPE, &dfl, nullptr);
+      ::sigaction(SIGINT, &dfl, nullptr);
+      ::sigaction(SIGTERM, &dfl, nullptr);
+      ::execve(argv[0], argv.data(), envp.data());
+      static constexpr char kMsg[] = "fleet-worker: cannot execute the handler's command\n";
+      (void)!::write(2, kMsg, sizeof(kMsg) - 1);
+      ::_exit(127);
+    }
+    if (pid < 0) {
+      error = std::string("fork: ") + std::strerror(errno);
+    } else {
+      ::setpgid(pid, pid);  // also here, so the group exists before any kill
+      pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+      if (pidfd < 0) {
+        error = std::string("pidfd_open: ") + std::strerror(errno);
+        ::kill(-pid, SIGKILL);
+        ::kill(pid, SIGKILL);
+        while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+        }
+        pid = -1;
+      }
+    }
+  }
+  CloseFd(&in_r);
+  CloseFd(&out_w);
+  CloseFd(&err_w);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!error.empty()) {
+    CloseFd(&in_w);
+    CloseFd(&out_r);
+    CloseFd(&err_r);
+    c.state = Child::State::kDown;
+    c.restart_at = Clock::now() + c.backoff;
+    spdlog::error("{} slot {}: cannot start `{}`: {}; trying again in {} ms", kind_, c.slot,
+                  options_.command, error, c.backoff.count());
+    c.backoff = std::min(c.backoff * 2, options_.backoff_max);
+    return;
+  }
+  SetNonBlocking(in_w);
+  SetNonBlocking(out_r);
+  SetNonBlocking(err_r);
+  c.pid = pid;
+  c.pidfd = pidfd;
+  c.in = in_w;
+  c.out = out_r;
+  c.err = err_r;
+  c.out_buf.clear();
+  ++starts_;
+  spdlog::debug("{} slot {}: started pid {}", kind_, c.slot, pid);
+  if (closing_) CloseFd(&c.in);  // started as the worker stops: let it go at once
+}
+
+// ---- batches (slot threads) ----
+
+HandlerOutput ProcessHandler::Run(std::string payload, Timeout timeout) {
+  return RunBatch(BatchInfo{}, std::move(payload), timeout);
+}
+
+HandlerOutput ProcessHandler::RunBatch(const BatchInfo& batch, std::string payload,
+                                       Timeout timeout) {
+  while (true) {
+    Child* c = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      const auto found = [&] {
+        for (auto& child : children_) {
+          if (child->state == Child::State::kIdle) {
+            c = child.get();
+            return true;
+          }
+        }
+        return false;
+      };
+      if (!idle_cv_.wait_for(lock, options_.ready_wait,
+                             [&] { return aborted_ || closing_ || found(); })) {
+        return HandlerOutput::Retry("no handler process was ready within " +
+                                    std::to_string(options_.ready_wait.count() / 1000) + "s");
+      }
+      if (c == nullptr) return HandlerOutput::Retry("the worker is stopping its handlers");
+      c->state = Child::State::kBusy;
+      // Output it wrote while it held no batch breaks the protocol; an end
+      // of its stdout means it is on its way out. Either way it is not
+      // used, and no batch is charged for it.
+      char probe[256];
+      ssize_t n;
+      do {
+        n = ::read(c->out, probe, sizeof(probe));
+      } while (n < 0 && errno == EINTR);
+      if (n >= 0 || !c->out_buf.empty()) {
+        KillLocked(*c, n == 0 ? "closed its stdout while idle"
+                              : "protocol error: wrote to stdout while it held no batch");
+        continue;
+      }
+    }
+    return Exchange(*c, batch, payload, timeout);
+  }
+}
+
+HandlerOutput ProcessHandler::Exchange(Child& c, const BatchInfo& batch,
+                                       const std::string& payload, Timeout timeout) {
+  const auto start = Clock::now();
+  std::optional<Clock::time_point> deadline;
+  if (timeout.count() > 0) {
+    deadline = start + std::chrono::duration_cast<Clock::duration>(timeout);
+  }
+  c.frame.clear();
+  frames::AppendBatch(&c.frame, batch.id, payload, batch.attempt, batch.queue);
+  std::size_t written = 0;
+  std::size_t body = 0;
+  std::string failure;
+  bool timed_out = false;
+  frames::HandlerMessage m;
+
+  while (true) {
+    if (written == c.frame.size()) {
+      // The answer may already be whole (a small one usually is).
+      const auto scan = frames::ScanFrame(c.out_buf, options_.max_frame_bytes, &body);
+      if (scan == frames::Scan::kFrame) break;
+      if (scan == frames::Scan::kTooLarge) {
+        failure = "protocol error: frame of " + std::to_string(body) + " bytes exceeds " +
+                  std::to_string(options_.max_frame_bytes);
+        break;
+      }
+    }
+    pollfd fds[2];
+    nfds_t n = 0;
+    fds[n++] = {c.out, POLLIN, 0};
+    if (written < c.frame.size()) fds[n++] = {c.in, POLLOUT, 0};
+    int wait_ms = -1;
+    if (deadline) {
+      if (Clock::now() >= *deadline) {
+        timed_out = true;
+        break;
+      }
+      wait_ms = std::max(1, MillisUntil(*deadline));
+    }
+    // Try the write first: a pipe usually has room, so no poll is needed.
+    if (written < c.frame.size()) {
+      const ssize_t w = ::write(c.in, c.frame.data() + written, c.frame.size() - written);
+      if (w > 0) {
+        written += static_cast<std::size_t>(w);
+        continue;
+      }
+      if (w < 0 && errno != EAGAIN && errno != EINTR) {
+        failure = "handler exited";  // EPIPE: its stdin is closed
+        break;
+      }
+    } else {
+      const std::size_t have = c.out_buf.size();
+      c.out_buf.resize(have + kReadChunk);
+      const ssize_t r = ::read(c.out, c.out_buf.data() + have, kReadChunk);
+      c.out_buf.resize(have + static_cast<std::size_t>(std::max<ssize_t>(r, 0)));
+      if (r > 0) continue;
+      if (r == 0) {
+        failure = "handler exited";
+        break;
+      }
+      if (errno != EAGAIN && errno != EINTR) {
+        failure = std::string("handler stdout: ") + std::strerror(errno);
+        break;
+      }
+    }
+    const int ready = ::poll(fds, n, wait_ms);
+    if (ready < 0 && errno != EINTR) {
+      failure = std::string("poll: ") + std::strerror(errno);
+      break;
+    }
+    // With the write pending, whatever it said meanwhile is read too, so a
+    // handler that writes before it reads cannot deadlock us.
+    if (ready > 0 && n == 2 && (fds[0].revents & (POLLIN | POLLHUP)) != 0) {
+      const std::size_t have = c.out_buf.size();
+      c.out_buf.resize(have + kReadChunk);
+      const ssize_t r = ::read(c.out, c.out_buf.data() + have, kReadChunk);
+      c.out_buf.resize(have + static_cast<std::size_t>(std::max<ssize_t>(r, 0)));
+      if (r == 0) {
+        failure = "handler exited";
+        break;
+      }
+    }
+  }
+
+  if (failure.empty() && !timed_out) {
+    std::string why;
+    const std::string_view frame(c.out_buf.data() + frames::kHeaderBytes, body);
+    if (!frames::DecodeHandlerMessage(frame, &m, &why)) {
+      failure = "protocol error: " + why;
+    } else if (m.kind == frames::HandlerMessage::Kind::kReady) {
+      failure = "protocol error: ready while running a batch";
+    } else if (m.id != batch.id) {
+      failure = "protocol error: an answer for batch \"" + std::string(m.id.substr(0, 64)) +
+                "\" while running \"" + std::string(batch.id) + "\"";
+    } else {
+      HandlerOutput out = m.kind == frames::HandlerMessage::Kind::kOk
+                              ? HandlerOutput::Ok(std::string(m.data))
+                              : HandlerOutput::Failed(std::string(m.data));
+      c.out_buf.erase(0, frames::kHeaderBytes + body);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (c.state == Child::State::kBusy) {
+        c.state = Child::State::kIdle;
+        if (c.exit_seen) Wake();  // it answered, then exited: reap it
+        c.exit_seen = false;
+        c.backoff = options_.backoff_initial;
+        idle_cv_.notify_one();
+      }
+      return out;
+    }
+  }
+
+  // The process is killed and restarted; the batch fails.
+  if (failure == "handler exited") failure = "handler exited (" + DescribeExit(c) + ")";
+  std::lock_guard<std::mutex> lock(mu_);
+  if (timed_out) {
+    KillLocked(c, "ran batch " + std::string(batch.id) + " past --batch-timeout; killed");
+    return HandlerOutput::Failed(TimeoutError(timeout));
+  }
+  KillLocked(c, failure + " while running batch " + std::string(batch.id));
+  return HandlerOutput::Retry(failure);
+}
+
+std::string ProcessHandler::DescribeExit(Child& c) {
+  // Its stdout ended: wait a little for the process itself, then read its
+  // status without reaping it (the supervisor does that).
+  pollfd p{c.pidfd, POLLIN, 0};
+  while (::poll(&p, 1, 1000) < 0 && errno == EINTR) {
+  }
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(c.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+      info.si_pid == c.pid) {
+    return StatusText(info.si_code, info.si_status);
+  }
+  return "closed its stdout";
+}
+
+void ProcessHandler::Abort() {
+  std::lock_guard<std::mutex> lock(mu_);
+  aborted_ = true;
+  for (auto& c : children_) {
+    if (c->pid > 0) ::kill(-c->pid, SIGKILL);
+  }
+  idle_cv_.notify_all();
+}
+
+}  // namespace fleet::worker

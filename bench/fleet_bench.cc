@@ -51,6 +51,7 @@ struct FleetOptions {
   int concurrency = 1;
   int prefetch = 0;
   std::string handler = "echo";
+  std::string exec;  // --handler exec or process: the command
   int sleep_ms = 10;
   std::size_t size = 100;
   bool durable = false;
@@ -74,9 +75,11 @@ void StartFleet(Cluster& c, const FleetOptions& o, std::vector<std::string> brok
   if (o.durable) broker_extra.insert(broker_extra.end(), {"--data-dir", c.dir().File("data")});
   c.StartBroker(broker_extra);
   for (int i = 0; i < o.workers; ++i) {
-    c.StartWorker("bench-" + std::to_string(i),
-                  {"--handler", o.handler, "--concurrency", std::to_string(o.concurrency),
-                   "--prefetch", std::to_string(o.prefetch), "--log-level", "warn"});
+    std::vector<std::string> args = {"--handler", o.handler, "--concurrency",
+                                     std::to_string(o.concurrency), "--prefetch",
+                                     std::to_string(o.prefetch), "--log-level", "warn"};
+    if (!o.exec.empty()) args.insert(args.end(), {"--exec", o.exec});
+    c.StartWorker("bench-" + std::to_string(i), args);
   }
   if (!fleet::testing::WaitFor(
           [&] { return c.Workers().size() == static_cast<std::size_t>(o.workers); },
@@ -454,9 +457,11 @@ void AddFleetOptions(CLI::App* cmd, FleetOptions& o) {
   cmd->add_option("--workers", o.workers, "fleet-worker processes")->capture_default_str();
   cmd->add_option("--concurrency", o.concurrency, "slots per worker")->capture_default_str();
   cmd->add_option("--prefetch", o.prefetch, "fleet-worker --prefetch")->capture_default_str();
-  cmd->add_option("--handler", o.handler, "echo or sleep")
-      ->check(CLI::IsMember({"echo", "sleep"}))
+  cmd->add_option("--handler", o.handler,
+                  "echo, sleep, or exec/process with --exec (an echoing command)")
+      ->check(CLI::IsMember({"echo", "sleep", "exec", "process"}))
       ->capture_default_str();
+  cmd->add_option("--exec", o.exec, "fleet-worker --exec, for --handler exec or process");
   cmd->add_option("--sleep-ms", o.sleep_ms, "sleep handler: ms per batch")->capture_default_str();
   cmd->add_option("--size", o.size, "echo payload bytes")->capture_default_str();
   cmd->add_flag("--durable", o.durable, "broker with --data-dir (journal, group commit)");

@@ -176,15 +176,18 @@ def main():
         "full": dict(count=200000, count_10k=40000, peer_count=10000, peer_count_10k=5000,
                      lat_seconds=5, peer_lat_seconds=5, sleep_seconds=5, mem_batches=1000000,
                      mem_workers=200, decision_rounds=200, worker_counts=[1, 2, 4, 8],
-                     durable_count=100000, scaling=[]),
+                     durable_count=100000, handler_counts=(200000, 100000, 50000, 4000),
+                     scaling=[]),
         "quick": dict(count=50000, count_10k=10000, peer_count=3000, peer_count_10k=1000,
                       lat_seconds=2, peer_lat_seconds=2, sleep_seconds=2, mem_batches=200000,
                       mem_workers=50, decision_rounds=50, worker_counts=[1, 4],
-                      durable_count=20000, scaling=["--quick"]),
+                      durable_count=20000, handler_counts=(50000, 30000, 20000, 1500),
+                      scaling=["--quick"]),
         "smoke": dict(count=2000, count_10k=500, peer_count=200, peer_count_10k=100,
                       lat_seconds=0.5, peer_lat_seconds=1, sleep_seconds=1, mem_batches=5000,
                       mem_workers=4, decision_rounds=5, worker_counts=[1, 2],
-                      durable_count=1000, scaling=["--quick"]),
+                      durable_count=1000, handler_counts=(2000, 2000, 1000, 100),
+                      scaling=["--quick"]),
     }[mode]
     # Each fleet worker holds up to 64 batches (1 slot + 63 prefetched), and
     # each ceiling worker gets 64 credits: the same window per worker.
@@ -228,6 +231,23 @@ def main():
                     x.get("label", "").startswith(name) and "unavailable" in x
                     for x in r.results):
                 break
+
+    # Users' code: the 100 B echo through one worker of 4 slots, run by the
+    # built-in echo, by persistent handler processes (C++: fleet-test-handler,
+    # which echoes; Python: the docs' example, which upper-cases) and by exec
+    # (a shell per batch), same settings.
+    handlers = {}
+    upper_py = os.path.join(ROOT, "docs", "examples", "handlers", "upper.py")
+    for (name, handler, command), count in zip(
+            (("built-in echo", "echo", None),
+             ("process, C++", "process", os.path.join(args.bin, "fleet-test-handler")),
+             ("process, Python", "process", f"{py} {upper_py}"),
+             ("exec (cat)", "exec", "cat")), S["handler_counts"]):
+        handlers[name] = r.run(
+            f"fleet handler {name}",
+            [fb, "throughput", "--workers", "1", "--concurrency", "4", "--prefetch",
+             str(prefetch), "--size", "100", "--count", str(count), "--handler", handler,
+             *(["--exec", command] if command else [])])
 
     # 10 ms sleep batches, K = 4 workers of one slot each: ideal 400/s. One
     # batch prefetched hides the round trip to the broker between two.
@@ -359,6 +379,16 @@ def main():
         line(f"  {'fleet-durable':>14} {'50%':>9} {x['rate']:>9.0f} {fmt_us(x['p50_us']):>10} "
              f"{fmt_us(x['p99_us']):>10} {fmt_us(x['p999_us']):>10}")
     line()
+    line("Users' code: 100 B echo, 1 worker, --concurrency 4, 1 + "
+         f"{prefetch} prefetched, batches/s")
+    base = (handlers.get("built-in echo") or {}).get("batches_per_s")
+    for name, x in handlers.items():
+        if x:
+            line(f"  {name:>16}: {fmt_rate(x['batches_per_s']):>8} "
+                 f"({fmt_ratio(ratio(x['batches_per_s'], base))} the built-in echo; "
+                 f"worker CPU {x['worker_cpu_us_per_batch']:.1f} us per batch, "
+                 "handler processes not counted)")
+    line()
     line("10 ms sleep batches, 4 workers of one slot (ideal 400/s)")
     for name, x in sleep.items():
         if x:
@@ -454,6 +484,13 @@ def main():
                 target(f"scaling ({run['name']}): back to min within idle+cooldown+poll",
                        down, None if down is None or bound is None else down <= bound,
                        "-" if down is None else f"{down:.2f} s (bound {bound} s)")
+    cpp = (handlers.get("process, C++") or {}).get("batches_per_s")
+    v = ratio(cpp, base)
+    target("C++ persistent handler >= 0.5x the built-in echo (issue 15)", v,
+           None if v is None else v >= 0.5, fmt_ratio(v))
+    pyh = (handlers.get("process, Python") or {}).get("batches_per_s")
+    target("Python persistent handler >= 10k batches/s, --concurrency 4 (issue 15)", pyh,
+           None if pyh is None else pyh >= 10000, fmt_rate(pyh) + "/s")
     d = durable.get("tp")
     target("durable >= 50,000 batches/s", d and d["batches_per_s"],
            None if not d else d["batches_per_s"] >= 50000,

@@ -33,6 +33,8 @@ def main():
         ("memory", dict(system="fleet", bench="memory"), "bytes_per_batch_beyond_payload"),
         ("decision", dict(system="fleet", bench="decision"), "p50_us"),
         ("scaling", dict(bench="scaling"), "runs"),
+        ("process handler throughput", dict(system="fleet", handler="process"), "batches_per_s"),
+        ("exec handler throughput", dict(system="fleet", handler="exec"), "batches_per_s"),
     ]
     for name, where, key in wanted:
         rows = find(**where)
@@ -53,6 +55,8 @@ def main():
         problems.append("no targets reported")
     if "Targets (issue 6)" not in doc.get("table", ""):
         problems.append("the table has no targets section")
+    if "process, Python" not in doc.get("table", ""):
+        problems.append("the table has no Python persistent handler row")
     for p in problems:
         print(f"smoke_check: {p}", file=sys.stderr)
     print(f"smoke_check: {len(results)} results, {len(problems)} problems")

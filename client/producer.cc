@@ -107,8 +107,9 @@ std::size_t Producer::Poll(std::chrono::milliseconds timeout) {
   zmq::pollitem_t items[] = {
       {socket_.handle(), 0,
        static_cast<short>(ZMQ_POLLIN | (send_blocked_ ? ZMQ_POLLOUT : 0)), 0},
-      {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
-  PollNoThrow(items, 2, wait);
+      {monitor_.handle(), 0, ZMQ_POLLIN, 0},
+      {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+  PollNoThrow(items, wake_fd_ >= 0 ? 3 : 2, wait);
   if (items[0].revents & ZMQ_POLLOUT) send_blocked_ = false;
 
   now = clock_->Now();

@@ -126,6 +126,11 @@ class Producer {
   Producer(Producer&&) = default;
   Producer& operator=(Producer&&) = delete;
 
+  // A descriptor Poll also waits on (an eventfd another thread writes to
+  // hand this one work): Poll returns early when it is readable; the
+  // caller reads it. -1 (the default): none.
+  void set_wake_fd(int fd) { wake_fd_ = fd; }
+
   // Replaces the reconnect callback (none by default). It must not call
   // Poll.
   void set_on_reconnect(ReconnectCallback on_reconnect) {
@@ -178,6 +183,7 @@ class Producer {
   // Batches that failed local validation: (id, message), reported by Poll.
   std::vector<std::pair<std::string, std::string>> local_rejections_;
   bool send_blocked_ = false;  // the socket refused a send: wait for POLLOUT
+  int wake_fd_ = -1;
   std::string buffer_;         // reused encode buffer
   std::vector<const BatchTracker::Batch*> sendable_;  // reused
   std::vector<zmq::message_t> frames_;                // reused

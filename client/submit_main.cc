@@ -4,27 +4,30 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
 
-#include "client/producer.h"
 #include "client/submit_output.h"
 #include "common/clock.h"
 #include "common/curve.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/protocol.h"
 #include "common/signals.h"
+#include "fleet/client.h"
 
 namespace {
 
-using fleet::client::Producer;
 using fleet::client::ResultView;
 using fleet::client::SubmitSummary;
 
@@ -108,42 +111,56 @@ int Run(const Config& config) {
   }
   PayloadSource source(config);
 
+  // Results arrive on the client's I/O thread; the output, the ledger and
+  // the counts are shared with this one under `mu`. Once `over` is set
+  // (done, timed out or stopped), later results are not counted: what has
+  // none by then is lost.
+  std::mutex mu;
+  std::condition_variable results_cv;
   SubmitSummary summary;
-  auto on_result = [&](const ResultView& r) {
-    if (r.outcome == fleet::proto::Outcome::kOk) {
+  std::uint64_t answered = 0;
+  bool over = false;
+  auto record = [&](const fleet::Result& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (over) return;
+    if (r.ok) {
       ++summary.ok;
     } else {
       ++summary.failed;
     }
-    if (output != nullptr) {
-      *output << fleet::client::ResultJsonLine(r) << '\n';
-    }
-    if (ledger.is_open()) ledger << fleet::client::LedgerResultLine(r) << '\n';
+    ResultView view;
+    view.id = r.id;
+    view.outcome = r.ok ? fleet::proto::Outcome::kOk : fleet::proto::Outcome::kFailed;
+    view.attempts = r.attempts;
+    view.result = r.result;
+    view.error = r.error;
+    if (output != nullptr) *output << fleet::client::ResultJsonLine(view) << '\n';
+    if (ledger.is_open()) ledger << fleet::client::LedgerResultLine(view) << '\n';
+    ++answered;
+    results_cv.notify_one();
   };
+  // Copied for every batch: a pointer, small enough for std::function's
+  // buffer, so no allocation per batch.
+  auto on_result = [record = &record](const fleet::Result& r) { (*record)(r); };
 
-  fleet::SteadyClock clock;
-  zmq::context_t context(1);
-  Producer::Options options;
+  // The SDK's client (include/fleet/client.h).
+  fleet::ClientOptions options;
   options.endpoint = config.broker;
+  options.queue = config.queue;
   options.max_in_flight = config.inflight;
-  options.socket.curve = fleet::LoadCurveClient(config.curve_server_key, config.curve_key);
-  options.resend_after = std::chrono::duration_cast<fleet::Duration>(
-      std::chrono::duration<double>(config.resend_after_seconds));
-  std::unique_ptr<Producer> producer;
-  try {
-    producer = std::make_unique<Producer>(context, options, on_result, clock);
-  } catch (const zmq::error_t& e) {
-    throw std::runtime_error("cannot connect to --broker " + config.broker +
-                             ": " + e.what());
-  }
+  options.curve_server_key = config.curve_server_key;
+  options.curve_key = config.curve_key;
+  options.resend_after = std::chrono::milliseconds(
+      std::llround(config.resend_after_seconds * 1000));
   // One line per reconnect, never per batch.
-  producer->set_on_reconnect([](std::size_t resent) {
-    spdlog::info("reconnected to broker; re-sending {} batches without a result",
-                 resent);
-  });
+  options.on_reconnect = [](std::size_t resent) {
+    spdlog::info("reconnected to broker; re-sending {} batches without a result", resent);
+  };
+  fleet::Client client(options);
   fleet::InstallStopSignals();
 
   const std::string prefix = RunPrefix();
+  fleet::SteadyClock clock;
   const fleet::TimePoint start = clock.Now();
   std::optional<fleet::TimePoint> deadline;
   if (config.timeout_seconds > 0) {
@@ -156,43 +173,47 @@ int Run(const Config& config) {
   std::string id;
   std::string payload;
 
+  std::unique_lock<std::mutex> lock(mu);
   while (true) {
     // Keep about one window of batches ready behind the in-flight ones.
-    while (!exhausted && producer->pending() < config.inflight) {
+    while (!exhausted && summary.submitted - answered < 2 * config.inflight) {
       id = prefix + "-" + std::to_string(summary.submitted + 1);
       if (!source.Next(id, &payload)) {
         exhausted = true;
         break;
       }
-      (void)producer->Submit(id, config.queue, payload);  // ids are unique
       if (ledger.is_open()) ledger << fleet::client::LedgerSubmitLine(id, payload) << '\n';
       ++summary.submitted;
+      lock.unlock();
+      client.SubmitWithId(id, payload, on_result);  // ids are unique
+      lock.lock();
     }
-    if (exhausted && producer->outstanding() == 0) break;
+    if (exhausted && answered == summary.submitted) break;
     if (fleet::StopRequested()) break;
     fleet::TimePoint now = clock.Now();
     if (deadline && now >= *deadline) break;
 
     auto wait = std::chrono::milliseconds(250);
     if (deadline) {
-      wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(
-                                *deadline - now));
+      wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(*deadline - now));
     }
-    producer->Poll(wait);
+    // Woken by each result; a signal is seen within the wait.
+    const std::uint64_t seen = answered;
+    results_cv.wait_for(lock, wait, [&] { return answered != seen; });
 
     if (progress && clock.Now() - last_progress >= std::chrono::milliseconds(250)) {
       last_progress = clock.Now();
-      std::fprintf(stderr,
-                   "\rsubmitted=%llu ok=%llu failed=%llu in_flight=%zu "
-                   "pending=%zu\033[K",
+      std::fprintf(stderr, "\rsubmitted=%llu ok=%llu failed=%llu waiting=%llu\033[K",
                    static_cast<unsigned long long>(summary.submitted),
                    static_cast<unsigned long long>(summary.ok),
                    static_cast<unsigned long long>(summary.failed),
-                   producer->in_flight(), producer->pending());
+                   static_cast<unsigned long long>(summary.submitted - answered));
       std::fflush(stderr);
     }
   }
+  over = true;
   summary.seconds = fleet::SecondsBetween(start, clock.Now());
+  lock.unlock();
   if (progress) std::fprintf(stderr, "\r\033[K");
   if (fleet::StopRequested()) {
     spdlog::warn("stopped by signal {}", fleet::StopSignal());
@@ -200,12 +221,12 @@ int Run(const Config& config) {
     spdlog::warn("timed out after {} s waiting for {} results",
                  config.timeout_seconds, summary.lost());
   }
-  const auto& c = producer->counters();
+  const fleet::ClientCounters c = client.counters();
   spdlog::debug(
-      "messages={} acks={} queue_full_retries={} duplicates_dropped={} "
+      "messages={} accepted={} queue_full_retries={} duplicates_dropped={} "
       "fetches={} resends={} reconnects={} reconnect_resends={} errors={}",
-      c.submit_messages, c.acks, c.queue_full_retries, c.duplicates_dropped,
-      c.fetches, c.resends, c.reconnects, c.reconnect_resends, c.errors);
+      c.submit_messages, c.accepted, c.queue_full_retries, c.duplicates_dropped, c.fetches,
+      c.resends, c.reconnects, c.reconnect_resends, c.errors);
   if (output != nullptr) output->flush();
   if (ledger.is_open()) ledger.flush();
   std::cout << fleet::client::SummaryLine(summary) << std::endl;

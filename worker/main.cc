@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -15,24 +17,13 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/metrics_server.h"
-#include "common/signals.h"
-#include "worker/worker.h"
-
-namespace {
-
-std::string DefaultId() {
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0 || host[0] == '\0') {
-    std::snprintf(host, sizeof(host), "worker");
-  }
-  return std::string(host) + "-" + std::to_string(getpid());
-}
-
-}  // namespace
+#include "fleet/worker.h"
 
 int main(int argc, char** argv) {
-  fleet::worker::WorkerOptions options;
-  options.id = DefaultId();
+  // The SDK's options (include/fleet/worker.h): fleet-worker is a worker of
+  // the SDK with a built-in handler.
+  fleet::WorkerOptions options;
+  options.handler = "echo";
   std::string log_level = "info";
   double batch_timeout = 0;
   int heartbeat_ms = static_cast<int>(options.heartbeat.count());
@@ -52,18 +43,18 @@ int main(int argc, char** argv) {
                  "batch at the broker, free for any worker)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
-  app.add_option("--handler", options.handler.name,
+  app.add_option("--handler", options.handler,
                  "echo (payload back), sleep (payload = ms), sha256 (hex digest), "
                  "exec (run --exec per batch), process (run --exec once per slot and keep it: "
                  "docs/handler-protocol.md)")
       ->check(CLI::IsMember({"echo", "sleep", "sha256", "exec", "process"}))
       ->capture_default_str();
-  app.add_option("--exec", options.handler.exec,
+  app.add_option("--exec", options.exec,
                  "the command: for --handler exec run by /bin/sh -c once per batch (payload "
                  "on stdin, result from stdout); for --handler process started once per slot "
                  "(directly when it is plain words, else by /bin/sh -c) and kept running, "
                  "speaking docs/handler-protocol.md on its stdin and stdout");
-  double grace_seconds = options.handler.grace.count();
+  double grace_seconds = static_cast<double>(options.handler_grace.count()) / 1000.0;
   app.add_option("--handler-grace-seconds", grace_seconds,
                  "--handler process: how long a handler has to exit after the worker closes "
                  "its stdin at shutdown before it is killed")
@@ -82,61 +73,50 @@ int main(int argc, char** argv) {
                  "ADDRESS:PORT to bind Prometheus /metrics on (0.0.0.0:9752: every interface, "
                  "127.0.0.1:9752: this host only; port 0 picks one); off when empty; only "
                  "/metrics is served");
-  std::string metrics_auth_file;
-  fleet::AddMetricsAuthFlag(app, &metrics_auth_file);
+  fleet::AddMetricsAuthFlag(app, &options.metrics_auth_file);
   app.add_option("--heartbeat-ms", heartbeat_ms,
                  "heartbeat interval until the broker's WELCOME sets one")
       ->check(CLI::Range(10, 3'600'000))
       ->capture_default_str();
-  std::string curve_server_key, curve_key;
-  fleet::AddCurveClientFlags(app, &curve_server_key, &curve_key);
+  fleet::AddCurveClientFlags(app, &options.curve_server_key, &options.curve_key);
 
   if (int rc = fleet::ParseFlags(app, argc, argv); rc >= 0) return rc;
-  if (options.handler.name == "exec" && options.handler.exec.empty()) {
+  if (options.handler == "exec" && options.exec.empty()) {
     std::cerr << "fleet-worker: --handler exec requires --exec \"CMD\" "
                  "(the shell command to run per batch)\n";
     return 2;
   }
-  if (options.handler.name == "process" && options.handler.exec.empty()) {
+  if (options.handler == "process" && options.exec.empty()) {
     std::cerr << "fleet-worker: --handler process requires --exec \"CMD\" "
                  "(the handler program to keep running per slot; docs/handler-protocol.md)\n";
     return 2;
   }
-  options.handler.grace = fleet::worker::Timeout(grace_seconds);
-  options.batch_timeout = fleet::worker::Timeout(batch_timeout);
-  options.heartbeat = fleet::Millis(heartbeat_ms);
+  options.handler_grace = std::chrono::milliseconds(std::llround(grace_seconds * 1000));
+  options.batch_timeout = std::chrono::milliseconds(std::llround(batch_timeout * 1000));
+  if (batch_timeout > 0 && options.batch_timeout.count() == 0) {
+    options.batch_timeout = std::chrono::milliseconds(1);  // no "no limit" by rounding
+  }
+  options.heartbeat = std::chrono::milliseconds(heartbeat_ms);
 
+  std::unique_ptr<fleet::Worker> worker;
   try {
     fleet::SetupLogging("fleet-worker", log_level);
-    options.socket_limits.curve = fleet::LoadCurveClient(curve_server_key, curve_key);
-    options.metrics_auth = fleet::LoadMetricsFlags(options.metrics, metrics_auth_file);
-  } catch (const std::exception& e) {
+    worker = std::make_unique<fleet::Worker>(options);
+  } catch (const std::invalid_argument& e) {
     std::cerr << "fleet-worker: " << e.what() << "\n";
     return 2;
+  } catch (const std::exception& e) {
+    spdlog::critical("fleet-worker: {}", e.what());
+    return 1;
   }
-  if (!options.handler.exec.empty() && options.handler.name != "exec" &&
-      options.handler.name != "process") {
-    spdlog::warn("--exec is ignored with --handler {}", options.handler.name);
+  if (!options.exec.empty() && options.handler != "exec" && options.handler != "process") {
+    spdlog::warn("--exec is ignored with --handler {}", options.handler);
   }
-  fleet::InstallStopSignals();
-
-  std::unique_ptr<fleet::worker::Worker> worker;
   try {
-    worker = std::make_unique<fleet::worker::Worker>(std::move(options));
-    const int code = worker->Run();
-    if (!worker->abandoned()) {
-      worker.reset();  // joins the idle slots, delivers BYE within the linger
-      return code;
-    }
-    spdlog::default_logger()->flush();
-    std::_Exit(code);  // slots may still be busy: do not wait for them
+    return worker->Run();  // SIGINT/SIGTERM drain; a second one exits at once
   } catch (const std::exception& e) {
     spdlog::critical("fleet-worker: {}", e.what());
     spdlog::default_logger()->flush();
-    if (worker) {
-      worker->AbortNow();
-      std::_Exit(1);  // slots may be busy; destroying the worker would wait
-    }
     return 1;
   }
 }

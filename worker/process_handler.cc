@@ -55,7 +55,7 @@ bool MakePipe(int* read_end, int* write_end) {
   return true;
 }
 
-void SetNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+void SetNonBlockingFd(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 void Signal(int eventfd) {
   const std::uint64_t one = 1;
@@ -124,6 +124,11 @@ int MillisUntil(std::chrono::steady_clock::time_point t) {
   return static_cast<int>(std::clamp<long long>(left.count(), 0, 60'000));
 }
 
+std::string NoneReadyError(std::chrono::milliseconds wait) {
+  return fmt::format("no handler process was ready within {:g}s",
+                     static_cast<double>(wait.count()) / 1000.0);
+}
+
 }  // namespace
 
 struct ProcessHandler::Child {
@@ -141,7 +146,13 @@ struct ProcessHandler::Child {
   int in = -1, out = -1, err = -1;  // our ends of its stdin, stdout, stderr
   bool exit_seen = false;           // its pidfd fired while it was busy
   std::string out_buf;              // stdout bytes not yet a whole frame
-  std::string frame;                // scratch: the batch frame written
+  // The batch being exchanged (kBusy), owned by whoever made it busy.
+  std::string frame;                // the batch frame
+  std::size_t written = 0;          // bytes of it written
+  std::string batch_id;
+  std::uint32_t attempt = 0;
+  Clock::time_point started{};
+  std::optional<Clock::time_point> deadline;
   std::string err_line;             // stderr bytes not yet a whole line
   std::deque<std::string> err_tail;  // its last stderr lines
   Clock::time_point restart_at{};
@@ -532,9 +543,9 @@ void ProcessHandler::Spawn(Child& c) {
     c.backoff = std::min(c.backoff * 2, options_.backoff_max);
     return;
   }
-  SetNonBlocking(in_w);
-  SetNonBlocking(out_r);
-  SetNonBlocking(err_r);
+  SetNonBlockingFd(in_w);
+  SetNonBlockingFd(out_r);
+  SetNonBlockingFd(err_r);
   c.pid = pid;
   c.pidfd = pidfd;
   c.in = in_w;
@@ -546,7 +557,30 @@ void ProcessHandler::Spawn(Child& c) {
   if (closing_) CloseFd(&c.in);  // started as the worker stops: let it go at once
 }
 
-// ---- batches (slot threads) ----
+// ---- batches ----
+
+ProcessHandler::Child* ProcessHandler::AcquireIdleLocked() {
+  for (auto& child : children_) {
+    if (child->state != Child::State::kIdle) continue;
+    Child& c = *child;
+    c.state = Child::State::kBusy;
+    // Output it wrote while it held no batch breaks the protocol; an end
+    // of its stdout means it is on its way out. Either way it is not
+    // used, and no batch is charged for it.
+    char probe[256];
+    ssize_t n;
+    do {
+      n = ::read(c.out, probe, sizeof(probe));
+    } while (n < 0 && errno == EINTR);
+    if (n >= 0 || !c.out_buf.empty()) {
+      KillLocked(c, n == 0 ? "closed its stdout while idle"
+                           : "protocol error: wrote to stdout while it held no batch");
+      continue;
+    }
+    return &c;
+  }
+  return nullptr;
+}
 
 HandlerOutput ProcessHandler::Run(std::string payload, Timeout timeout) {
   return RunBatch(BatchInfo{}, std::move(payload), timeout);
@@ -554,170 +588,272 @@ HandlerOutput ProcessHandler::Run(std::string payload, Timeout timeout) {
 
 HandlerOutput ProcessHandler::RunBatch(const BatchInfo& batch, std::string payload,
                                        Timeout timeout) {
-  while (true) {
-    Child* c = nullptr;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      const auto found = [&] {
-        for (auto& child : children_) {
-          if (child->state == Child::State::kIdle) {
-            c = child.get();
-            return true;
-          }
-        }
-        return false;
-      };
-      if (!idle_cv_.wait_for(lock, options_.ready_wait,
-                             [&] { return aborted_ || closing_ || found(); })) {
-        return HandlerOutput::Retry("no handler process was ready within " +
-                                    std::to_string(options_.ready_wait.count() / 1000) + "s");
-      }
-      if (c == nullptr) return HandlerOutput::Retry("the worker is stopping its handlers");
-      c->state = Child::State::kBusy;
-      // Output it wrote while it held no batch breaks the protocol; an end
-      // of its stdout means it is on its way out. Either way it is not
-      // used, and no batch is charged for it.
-      char probe[256];
-      ssize_t n;
-      do {
-        n = ::read(c->out, probe, sizeof(probe));
-      } while (n < 0 && errno == EINTR);
-      if (n >= 0 || !c->out_buf.empty()) {
-        KillLocked(*c, n == 0 ? "closed its stdout while idle"
-                              : "protocol error: wrote to stdout while it held no batch");
-        continue;
-      }
+  Child* c = nullptr;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!idle_cv_.wait_for(lock, options_.ready_wait, [&] {
+          return aborted_ || closing_ || (c = AcquireIdleLocked()) != nullptr;
+        })) {
+      return HandlerOutput::Retry(NoneReadyError(options_.ready_wait));
     }
-    return Exchange(*c, batch, payload, timeout);
+    if (c == nullptr) return HandlerOutput::Retry("the worker is stopping its handlers");
   }
-}
-
-HandlerOutput ProcessHandler::Exchange(Child& c, const BatchInfo& batch,
-                                       const std::string& payload, Timeout timeout) {
-  const auto start = Clock::now();
-  std::optional<Clock::time_point> deadline;
-  if (timeout.count() > 0) {
-    deadline = start + std::chrono::duration_cast<Clock::duration>(timeout);
-  }
-  c.frame.clear();
-  frames::AppendBatch(&c.frame, batch.id, payload, batch.attempt, batch.queue);
-  std::size_t written = 0;
-  std::size_t body = 0;
+  Begin(*c, batch, payload, timeout);
+  HandlerOutput out;
   std::string failure;
-  bool timed_out = false;
-  frames::HandlerMessage m;
-
-  while (true) {
-    if (written == c.frame.size()) {
-      // The answer may already be whole (a small one usually is).
-      const auto scan = frames::ScanFrame(c.out_buf, options_.max_frame_bytes, &body);
-      if (scan == frames::Scan::kFrame) break;
-      if (scan == frames::Scan::kTooLarge) {
-        failure = "protocol error: frame of " + std::to_string(body) + " bytes exceeds " +
-                  std::to_string(options_.max_frame_bytes);
-        break;
-      }
-    }
+  Step step;
+  while ((step = Advance(*c, &out, &failure)) == Step::kPending) {
     pollfd fds[2];
     nfds_t n = 0;
-    fds[n++] = {c.out, POLLIN, 0};
-    if (written < c.frame.size()) fds[n++] = {c.in, POLLOUT, 0};
+    fds[n++] = {c->out, POLLIN, 0};
+    if (c->written < c->frame.size()) fds[n++] = {c->in, POLLOUT, 0};
     int wait_ms = -1;
-    if (deadline) {
-      if (Clock::now() >= *deadline) {
-        timed_out = true;
+    if (c->deadline) {
+      if (Clock::now() >= *c->deadline) {
+        step = Step::kTimedOut;
         break;
       }
-      wait_ms = std::max(1, MillisUntil(*deadline));
+      wait_ms = std::max(1, MillisUntil(*c->deadline));
     }
-    // Try the write first: a pipe usually has room, so no poll is needed.
-    if (written < c.frame.size()) {
-      const ssize_t w = ::write(c.in, c.frame.data() + written, c.frame.size() - written);
-      if (w > 0) {
-        written += static_cast<std::size_t>(w);
-        continue;
-      }
-      if (w < 0 && errno != EAGAIN && errno != EINTR) {
-        failure = "handler exited";  // EPIPE: its stdin is closed
-        break;
-      }
-    } else {
-      const std::size_t have = c.out_buf.size();
-      c.out_buf.resize(have + kReadChunk);
-      const ssize_t r = ::read(c.out, c.out_buf.data() + have, kReadChunk);
-      c.out_buf.resize(have + static_cast<std::size_t>(std::max<ssize_t>(r, 0)));
-      if (r > 0) continue;
-      if (r == 0) {
-        failure = "handler exited";
-        break;
-      }
-      if (errno != EAGAIN && errno != EINTR) {
-        failure = std::string("handler stdout: ") + std::strerror(errno);
-        break;
-      }
-    }
-    const int ready = ::poll(fds, n, wait_ms);
-    if (ready < 0 && errno != EINTR) {
+    if (::poll(fds, n, wait_ms) < 0 && errno != EINTR) {
+      step = Step::kBroken;
       failure = std::string("poll: ") + std::strerror(errno);
       break;
     }
-    // With the write pending, whatever it said meanwhile is read too, so a
-    // handler that writes before it reads cannot deadlock us.
-    if (ready > 0 && n == 2 && (fds[0].revents & (POLLIN | POLLHUP)) != 0) {
-      const std::size_t have = c.out_buf.size();
-      c.out_buf.resize(have + kReadChunk);
-      const ssize_t r = ::read(c.out, c.out_buf.data() + have, kReadChunk);
-      c.out_buf.resize(have + static_cast<std::size_t>(std::max<ssize_t>(r, 0)));
-      if (r == 0) {
-        failure = "handler exited";
-        break;
-      }
-    }
   }
+  return Finish(*c, step, std::move(out), std::move(failure), timeout,
+                std::chrono::milliseconds(1000));
+}
 
-  if (failure.empty() && !timed_out) {
-    std::string why;
-    const std::string_view frame(c.out_buf.data() + frames::kHeaderBytes, body);
-    if (!frames::DecodeHandlerMessage(frame, &m, &why)) {
-      failure = "protocol error: " + why;
-    } else if (m.kind == frames::HandlerMessage::Kind::kReady) {
-      failure = "protocol error: ready while running a batch";
-    } else if (m.id != batch.id) {
-      failure = "protocol error: an answer for batch \"" + std::string(m.id.substr(0, 64)) +
-                "\" while running \"" + std::string(batch.id) + "\"";
+void ProcessHandler::Begin(Child& c, const BatchInfo& batch, std::string_view payload,
+                           Timeout timeout) {
+  c.started = Clock::now();
+  c.deadline.reset();
+  if (timeout.count() > 0) {
+    c.deadline = c.started + std::chrono::duration_cast<Clock::duration>(timeout);
+  }
+  c.batch_id.assign(batch.id);
+  c.attempt = batch.attempt;
+  c.frame.clear();
+  frames::AppendBatch(&c.frame, batch.id, payload, batch.attempt, batch.queue);
+  c.written = 0;
+}
+
+ProcessHandler::Step ProcessHandler::Advance(Child& c, HandlerOutput* out,
+                                             std::string* failure) {
+  // The frame first: a pipe usually takes it whole.
+  while (c.written < c.frame.size()) {
+    const ssize_t w = ::write(c.in, c.frame.data() + c.written, c.frame.size() - c.written);
+    if (w > 0) {
+      c.written += static_cast<std::size_t>(w);
+    } else if (w < 0 && errno == EINTR) {
+      continue;
+    } else if (w < 0 && errno == EAGAIN) {
+      break;  // full; what it says meanwhile is still read below
     } else {
-      HandlerOutput out = m.kind == frames::HandlerMessage::Kind::kOk
-                              ? HandlerOutput::Ok(std::string(m.data))
-                              : HandlerOutput::Failed(std::string(m.data));
-      c.out_buf.erase(0, frames::kHeaderBytes + body);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (c.state == Child::State::kBusy) {
-        c.state = Child::State::kIdle;
-        if (c.exit_seen) Wake();  // it answered, then exited: reap it
-        c.exit_seen = false;
-        c.backoff = options_.backoff_initial;
-        idle_cv_.notify_one();
-      }
-      return out;
+      *failure = "handler exited";  // EPIPE: its stdin is closed
+      return Step::kBroken;
     }
   }
+  // Whatever it wrote, also while the frame is still going in, so a
+  // handler that writes before it reads cannot deadlock us.
+  char buf[kReadChunk];
+  while (true) {
+    const ssize_t r = ::read(c.out, buf, sizeof(buf));
+    if (r > 0) {
+      c.out_buf.append(buf, static_cast<std::size_t>(r));
+      if (static_cast<std::size_t>(r) < sizeof(buf)) break;  // drained
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && errno == EAGAIN) break;
+    if (r == 0) {
+      *failure = "handler exited";
+    } else {
+      *failure = std::string("handler stdout: ") + std::strerror(errno);
+    }
+    return Step::kBroken;
+  }
+  std::size_t body = 0;
+  switch (frames::ScanFrame(c.out_buf, options_.max_frame_bytes, &body)) {
+    case frames::Scan::kNeedMore:
+      return Step::kPending;
+    case frames::Scan::kTooLarge:
+      *failure = "protocol error: frame of " + std::to_string(body) + " bytes exceeds " +
+                 std::to_string(options_.max_frame_bytes);
+      return Step::kBroken;
+    case frames::Scan::kFrame:
+      break;
+  }
+  if (c.written < c.frame.size()) {
+    *failure = "protocol error: an answer before the whole batch was read";
+    return Step::kBroken;
+  }
+  frames::HandlerMessage m;
+  std::string why;
+  const std::string_view frame(c.out_buf.data() + frames::kHeaderBytes, body);
+  if (!frames::DecodeHandlerMessage(frame, &m, &why)) {
+    *failure = "protocol error: " + why;
+    return Step::kBroken;
+  }
+  if (m.kind == frames::HandlerMessage::Kind::kReady) {
+    *failure = "protocol error: ready while running a batch";
+    return Step::kBroken;
+  }
+  if (m.id != c.batch_id) {
+    *failure = "protocol error: an answer for batch \"" + std::string(m.id.substr(0, 64)) +
+               "\" while running \"" + c.batch_id + "\"";
+    return Step::kBroken;
+  }
+  *out = m.kind == frames::HandlerMessage::Kind::kOk ? HandlerOutput::Ok(std::string(m.data))
+                                                      : HandlerOutput::Failed(std::string(m.data));
+  c.out_buf.erase(0, frames::kHeaderBytes + body);
+  return Step::kAnswered;
+}
 
+HandlerOutput ProcessHandler::Finish(Child& c, Step step, HandlerOutput out,
+                                     std::string failure, Timeout timeout,
+                                     std::chrono::milliseconds exit_wait) {
+  if (step == Step::kAnswered) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (c.state == Child::State::kBusy) {
+      c.state = Child::State::kIdle;
+      if (c.exit_seen) Wake();  // it answered, then exited: reap it
+      c.exit_seen = false;
+      c.backoff = options_.backoff_initial;
+      idle_cv_.notify_one();
+    }
+    return out;
+  }
   // The process is killed and restarted; the batch fails.
-  if (failure == "handler exited") failure = "handler exited (" + DescribeExit(c) + ")";
+  if (failure == "handler exited") {
+    failure = "handler exited (" + DescribeExit(c, exit_wait) + ")";
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  if (timed_out) {
-    KillLocked(c, "ran batch " + std::string(batch.id) + " past --batch-timeout; killed");
+  if (step == Step::kTimedOut) {
+    KillLocked(c, "ran batch " + c.batch_id + " past --batch-timeout; killed");
     return HandlerOutput::Failed(TimeoutError(timeout));
   }
-  KillLocked(c, failure + " while running batch " + std::string(batch.id));
+  KillLocked(c, failure + " while running batch " + c.batch_id);
   return HandlerOutput::Retry(failure);
 }
 
-std::string ProcessHandler::DescribeExit(Child& c) {
+// ---- batches on the worker's loop ----
+
+void ProcessHandler::Submit(std::vector<Task>& tasks, const Limits& limits,
+                            std::vector<Completion>* done) {
+  for (Task& t : tasks) queue_.push_back(std::move(t));
+  tasks.clear();
+  StartQueued(limits, done);
+}
+
+void ProcessHandler::StartQueued(const Limits& limits, std::vector<Completion>* done) {
+  const auto now = Clock::now();
+  while (!queue_.empty()) {
+    Child* c = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_ || closing_) break;
+      c = AcquireIdleLocked();
+      if (c == nullptr) {
+        // Every process busy is the normal wait; none ready at all is the
+        // one that gives up after ready_wait.
+        if (CountReadyLocked() > 0) {
+          none_ready_since_.reset();
+        } else if (!none_ready_since_) {
+          none_ready_since_ = now;
+        }
+        break;
+      }
+    }
+    none_ready_since_.reset();
+    Task& t = queue_.front();
+    Begin(*c, BatchInfo{t.id, t.queue, t.attempt}, t.payload, limits.timeout);
+    queue_.pop_front();
+    HandlerOutput out;
+    std::string failure;
+    const Step step = Advance(*c, &out, &failure);
+    if (step == Step::kPending) {
+      running_.push_back(c);
+      continue;
+    }
+    const std::string id = c->batch_id;
+    const std::uint32_t attempt = c->attempt;
+    const Timeout took = Clock::now() - c->started;
+    out = Finish(*c, step, std::move(out), std::move(failure), limits.timeout,
+                 std::chrono::milliseconds(100));
+    done->push_back(Completion::FromOutput(id, attempt, std::move(out), took, limits.timeout,
+                                           limits.max_result_bytes, limits.max_error_bytes));
+  }
+  if (!queue_.empty() && none_ready_since_ && now - *none_ready_since_ >= options_.ready_wait) {
+    const std::string why = NoneReadyError(options_.ready_wait);
+    spdlog::warn("{}s: {}; giving {} batches back", kind_, why, queue_.size());
+    for (Task& t : queue_) {
+      done->push_back(Completion::FromOutput(t.id, t.attempt, HandlerOutput::Retry(why),
+                                             Timeout(0), limits.timeout,
+                                             limits.max_result_bytes, limits.max_error_bytes));
+    }
+    queue_.clear();
+    none_ready_since_.reset();
+  }
+}
+
+void ProcessHandler::PollItems(std::vector<zmq::pollitem_t>* items) const {
+  for (const Child* c : running_) {
+    items->push_back({nullptr, c->out, ZMQ_POLLIN, 0});
+    if (c->written < c->frame.size()) items->push_back({nullptr, c->in, ZMQ_POLLOUT, 0});
+  }
+}
+
+void ProcessHandler::Service(const zmq::pollitem_t* items, std::size_t count,
+                             const Limits& limits, std::vector<Completion>* done) {
+  // The items follow running_'s order, one or two per process.
+  std::size_t at = 0;
+  const auto now = Clock::now();
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < running_.size(); ++i) {
+    Child& c = *running_[i];
+    const bool writing = c.written < c.frame.size();
+    bool ready = false;
+    for (std::size_t k = 0; k < (writing ? 2u : 1u) && at < count; ++k, ++at) {
+      ready = ready || items[at].revents != 0;
+    }
+    HandlerOutput out;
+    std::string failure;
+    Step step = ready ? Advance(c, &out, &failure) : Step::kPending;
+    if (step == Step::kPending && c.deadline && now >= *c.deadline) step = Step::kTimedOut;
+    if (step == Step::kPending) {
+      running_[kept++] = &c;
+      continue;
+    }
+    const std::string id = c.batch_id;
+    const Timeout took = now - c.started;
+    out = Finish(c, step, std::move(out), std::move(failure), limits.timeout,
+                 std::chrono::milliseconds(100));
+    done->push_back(Completion::FromOutput(id, c.attempt, std::move(out), took, limits.timeout,
+                                           limits.max_result_bytes, limits.max_error_bytes));
+  }
+  running_.resize(kept);
+  StartQueued(limits, done);
+}
+
+std::optional<std::chrono::steady_clock::time_point> ProcessHandler::NextDeadline() const {
+  std::optional<Clock::time_point> next;
+  for (const Child* c : running_) {
+    if (c->deadline && (!next || *c->deadline < *next)) next = c->deadline;
+  }
+  if (!queue_.empty() && none_ready_since_) {
+    const auto give_up = *none_ready_since_ + options_.ready_wait;
+    if (!next || give_up < *next) next = give_up;
+  }
+  return next;
+}
+
+std::string ProcessHandler::DescribeExit(Child& c, std::chrono::milliseconds wait) {
   // Its stdout ended: wait a little for the process itself, then read its
   // status without reaping it (the supervisor does that).
   pollfd p{c.pidfd, POLLIN, 0};
-  while (::poll(&p, 1, 1000) < 0 && errno == EINTR) {
+  while (::poll(&p, 1, static_cast<int>(wait.count())) < 0 && errno == EINTR) {
   }
   siginfo_t info{};
   if (::waitid(P_PID, static_cast<id_t>(c.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&

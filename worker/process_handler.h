@@ -5,10 +5,16 @@
 // Owns the handler processes (each in its own process group, with
 // SIGKILL as its parent-death signal), their pipes and a supervisor thread
 // that starts them, reads their `ready`, logs their stderr line by line,
-// reaps those that exit and restarts them with backoff. Slot threads call
-// RunBatch concurrently: each takes a ready, idle process for the batch and
-// owns its stdin and stdout until the answer is in. State is guarded by
-// one mutex; the loop hears of readiness changes through an eventfd.
+// reaps those that exit and restarts them with backoff. Batches reach the
+// processes one of two ways. The worker's loop queues them (Submit) and
+// drives every exchange without blocking: it polls the pipes of the
+// processes running a batch (PollItems) and collects the answers
+// (Service), so a batch costs no thread hop beyond the handler's own
+// process. Or slot threads call RunBatch, which blocks (the tests' way,
+// and any caller without a loop). Either way the caller takes a ready,
+// idle process for the batch and owns its stdin and stdout until the
+// answer is in. State is guarded by one mutex; the loop hears of
+// readiness changes through an eventfd.
 //
 // Destruction closes every handler's stdin, waits the grace period for
 // them to exit, SIGKILLs the process groups of those left and reaps them
@@ -24,10 +30,14 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include <zmq.hpp>
+
 #include "worker/handler.h"
+#include "worker/slot_pool.h"
 
 namespace fleet::worker {
 
@@ -69,6 +79,32 @@ class ProcessHandler : public Handler {
   // Processes started so far (first starts and restarts), for tests.
   int starts() const;
 
+  // ---- on the worker's loop (one thread; not mixed with RunBatch) ----
+  // Result and error caps, and the timeout, as Completion::Run has them.
+  struct Limits {
+    Timeout timeout{0};
+    std::size_t max_result_bytes = 16u << 20;
+    std::size_t max_error_bytes = 8u << 10;
+  };
+  // Queues `tasks` (left empty) in order; each starts on the first idle
+  // ready process (now, if one is). A batch answered at once (a quick
+  // handler on another core) is appended to `done`.
+  void Submit(std::vector<Task>& tasks, const Limits& limits, std::vector<Completion>* done);
+  // Appends what the loop must poll for the running batches: each busy
+  // process's stdout, and its stdin while the batch is still being written.
+  void PollItems(std::vector<zmq::pollitem_t>* items) const;
+  // After the poll, with the items PollItems appended (their revents set):
+  // advances those exchanges, fails batches past their timeout, appends
+  // every finished batch to `done`, and starts queued batches on processes
+  // now idle. Call it after every poll (also for readiness changes).
+  void Service(const zmq::pollitem_t* items, std::size_t count, const Limits& limits,
+               std::vector<Completion>* done);
+  // The earliest batch timeout of the running ones, for the poll's wait.
+  std::optional<std::chrono::steady_clock::time_point> NextDeadline() const;
+  // Batches queued and running.
+  std::size_t queued() const { return queue_.size(); }
+  std::size_t running() const { return running_.size(); }
+
  private:
   struct Child;
   using Clock = std::chrono::steady_clock;
@@ -87,10 +123,20 @@ class ProcessHandler : public Handler {
   void NotifyReady();
   void Wake();
   int CountReadyLocked() const;
-  // A batch's exchange with `c`, which the caller has marked busy.
-  HandlerOutput Exchange(Child& c, const BatchInfo& batch, const std::string& payload,
-                         Timeout timeout);
-  std::string DescribeExit(Child& c);
+  // With the lock held: an idle ready process, marked busy, or null.
+  Child* AcquireIdleLocked();
+  // An exchange with `c` (marked busy by the caller): Begin writes the
+  // batch frame; Advance does what the pipes allow without blocking;
+  // Finish takes the answer or, on failure, kills `c` for a restart.
+  enum class Step { kPending, kAnswered, kBroken, kTimedOut };
+  void Begin(Child& c, const BatchInfo& batch, std::string_view payload, Timeout timeout);
+  Step Advance(Child& c, HandlerOutput* out, std::string* failure);
+  HandlerOutput Finish(Child& c, Step step, HandlerOutput out, std::string failure,
+                       Timeout timeout, std::chrono::milliseconds exit_wait);
+  // Why `c`'s stdout ended: its exit status if it exits within `wait`.
+  std::string DescribeExit(Child& c, std::chrono::milliseconds wait);
+  // Starts queued batches on idle processes (loop).
+  void StartQueued(const Limits& limits, std::vector<Completion>* done);
 
   const Options options_;
   const std::string kind_;  // "handler" in log lines
@@ -104,6 +150,12 @@ class ProcessHandler : public Handler {
   bool aborted_ = false;    // guarded by mu_
   int starts_ = 0;          // guarded by mu_
   std::thread supervisor_;
+
+  // The loop's: batches waiting for a process, and the processes running
+  // one; since when none has been ready while batches wait.
+  std::deque<Task> queue_;
+  std::vector<Child*> running_;
+  std::optional<Clock::time_point> none_ready_since_;
 };
 
 }  // namespace fleet::worker

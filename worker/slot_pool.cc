@@ -92,6 +92,13 @@ Completion Completion::Run(Handler& handler, Task task, Timeout timeout,
     out = HandlerOutput::Failed(std::string("handler threw: ") + e.what());
   }
   const Timeout took = std::chrono::steady_clock::now() - start;
+  return FromOutput(task.id, task.attempt, std::move(out), took, timeout, max_result_bytes,
+                    max_error_bytes);
+}
+
+Completion Completion::FromOutput(std::string_view id, std::uint32_t attempt,
+                                  HandlerOutput out, Timeout took, Timeout timeout,
+                                  std::size_t max_result_bytes, std::size_t max_error_bytes) {
   if (out.ok && timeout.count() > 0 && took > timeout) {
     out = HandlerOutput::Failed(TimeoutError(timeout));
   }
@@ -104,25 +111,25 @@ Completion Completion::Run(Handler& handler, Task task, Timeout timeout,
     out.error.resize(max_error_bytes);
     out.error += "...";
   }
-  spdlog::debug("batch {} attempt {} {} in {:.3f}s", task.id, task.attempt,
+  spdlog::debug("batch {} attempt {} {} in {:.3f}s", id, attempt,
                 out.ok ? "ok" : (out.retry ? "given back for a retry" : "failed"),
                 took.count());
 
   Completion c;
-  c.attempt_ = task.attempt;
+  c.attempt_ = attempt;
   c.ok_ = out.ok;
   c.retry_ = !out.ok && out.retry;
   c.seconds_ = took.count();
-  c.id_size_ = static_cast<std::uint32_t>(task.id.size());
+  c.id_size_ = static_cast<std::uint32_t>(id.size());
   const std::uint8_t ok = out.ok ? 1 : (c.retry_ ? 2 : 0);
-  c.header_.rebuild(kIdAt + task.id.size() + out.error.size());
+  c.header_.rebuild(kIdAt + id.size() + out.error.size());
   auto* h = static_cast<char*>(c.header_.data());
   std::memcpy(h, &c.attempt_, 4);
   std::memcpy(h + 4, &ok, 1);
   std::memcpy(h + 5, &c.seconds_, 8);
   std::memcpy(h + 13, &c.id_size_, 4);
-  std::memcpy(h + kIdAt, task.id.data(), task.id.size());
-  std::memcpy(h + kIdAt + task.id.size(), out.error.data(), out.error.size());
+  std::memcpy(h + kIdAt, id.data(), id.size());
+  std::memcpy(h + kIdAt + id.size(), out.error.data(), out.error.size());
   c.result_ = AdoptString(std::move(out.result));
   return c;
 }

@@ -54,6 +54,11 @@ class Completion {
   // is when it runs an inline handler itself.
   static Completion Run(Handler& handler, Task task, Timeout timeout,
                         std::size_t max_result_bytes, std::size_t max_error_bytes);
+  // The same checks and caps for an output the caller got itself, after
+  // the handler ran `took`.
+  static Completion FromOutput(std::string_view id, std::uint32_t attempt, HandlerOutput out,
+                               Timeout took, Timeout timeout, std::size_t max_result_bytes,
+                               std::size_t max_error_bytes);
 
   // Sends the completion's two frames on `push` (blocking) and leaves it
   // empty.

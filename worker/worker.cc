@@ -1,11 +1,13 @@
 #include "worker/worker.h"
 
-#include <signal.h>
-#include <unistd.h>
 #include <fmt/ranges.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <stdexcept>
 #include <type_traits>
@@ -104,7 +106,9 @@ void ValidateOptions(const WorkerOptions& o) {
   }
 }
 
-Worker::Worker(WorkerOptions options)
+Worker::Worker(WorkerOptions options) : Worker(std::move(options), nullptr) {}
+
+Worker::Worker(WorkerOptions options, std::unique_ptr<Handler> handler)
     : options_(std::move(options)),
       rng_(std::random_device{}()),
       context_(1),
@@ -123,7 +127,9 @@ Worker::Worker(WorkerOptions options)
   options_.handler.slots = options_.concurrency;
   options_.handler.worker_id = options_.id;
   options_.handler.max_frame_bytes = options_.limits.max_payload_bytes + (64u << 10);
-  handler_ = MakeHandler(options_.handler);
+  handler_ = handler ? std::move(handler) : MakeHandler(options_.handler);
+  stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (stop_fd_ < 0) throw std::runtime_error("worker: eventfd failed");
   if (handler_->ready_slots() >= 0) {
     // Its slots count once their handler process is ready (UpdateCapacity).
     credit_.SetCapacity(0);
@@ -131,9 +137,13 @@ Worker::Worker(WorkerOptions options)
   results_.set(zmq::sockopt::rcvhwm, 0);
   results_.set(zmq::sockopt::linger, 0);
   results_.bind(kResultsEndpoint);
-  // A handler that runs every batch on this thread (HandleDispatch) needs
-  // no slots.
-  if (handler_->inline_max_bytes() != SIZE_MAX) {
+  process_ = dynamic_cast<ProcessHandler*>(handler_.get());
+  process_limits_.timeout = options_.batch_timeout;
+  process_limits_.max_result_bytes = options_.limits.max_payload_bytes;
+  process_limits_.max_error_bytes = kMaxErrorBytes;
+  // A handler that runs every batch on this thread (HandleDispatch), or
+  // whose processes this thread drives, needs no slots.
+  if (handler_->inline_max_bytes() != SIZE_MAX && process_ == nullptr) {
     pool_ = std::make_unique<SlotPool>(context_, kResultsEndpoint, *handler_,
                                        options_.concurrency, options_.batch_timeout,
                                        options_.limits.max_payload_bytes, kMaxErrorBytes);
@@ -145,9 +155,18 @@ Worker::Worker(WorkerOptions options)
   }
 }
 
-Worker::~Worker() = default;
+Worker::~Worker() {
+  if (stop_fd_ >= 0) ::close(stop_fd_);
+}
 
 void Worker::AbortNow() { handler_->Abort(); }
+
+void Worker::RequestStop() {
+  stop_asked_.store(true);
+  const std::uint64_t one = 1;
+  while (::write(stop_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
+  }
+}
 
 int Worker::Run() {
   spdlog::info("worker {} starting: broker {}, handler {}, concurrency {}, prefetch {}, "
@@ -163,27 +182,44 @@ int Worker::Run() {
     Flush(now);
     if (exit_code_) return *exit_code_;
 
-    // The handler's readiness descriptor sits where the broker's socket
-    // is missing, so the broker stays second whenever it is there.
-    const int ready_fd = handler_->ready_fd();
-    zmq::pollitem_t items[3] = {
-        {results_.handle(), 0, ZMQ_POLLIN, 0},
-        {broker_ ? broker_->handle() : nullptr, 0,
-         static_cast<short>(ZMQ_POLLIN | (want_out_ ? ZMQ_POLLOUT : 0)), 0},
-        {nullptr, ready_fd, ZMQ_POLLIN, 0},
-    };
-    int count = broker_ ? 2 : 1;
-    if (ready_fd >= 0) {
-      if (!broker_) items[1] = items[2];
-      ++count;
+    // The results socket, the broker's (when connected), the handler's
+    // readiness descriptor (process handler), then the pipes of the
+    // batches its processes are running.
+    poll_items_.clear();
+    poll_items_.push_back({results_.handle(), 0, ZMQ_POLLIN, 0});
+    if (broker_) {
+      poll_items_.push_back({broker_->handle(), 0,
+                             static_cast<short>(ZMQ_POLLIN | (want_out_ ? ZMQ_POLLOUT : 0)), 0});
     }
-    PollNoThrow(items, count, PollTimeout(now));
+    if (!stop_from_signal_) poll_items_.push_back({nullptr, stop_fd_, ZMQ_POLLIN, 0});
+    const int ready_fd = handler_->ready_fd();
+    if (ready_fd >= 0) poll_items_.push_back({nullptr, ready_fd, ZMQ_POLLIN, 0});
+    const std::size_t pipes_at = poll_items_.size();
+    if (process_ != nullptr) process_->PollItems(&poll_items_);
+    PollNoThrow(poll_items_.data(), static_cast<int>(poll_items_.size()), PollTimeout(now));
 
     now = clock_.Now();
-    if (ready_fd >= 0 && (items[count - 1].revents & ZMQ_POLLIN) != 0) UpdateCapacity();
+    if (ready_fd >= 0 && (poll_items_[pipes_at - 1].revents & ZMQ_POLLIN) != 0) {
+      UpdateCapacity();
+    }
+    if (process_ != nullptr) {
+      process_->Service(poll_items_.data() + pipes_at, poll_items_.size() - pipes_at,
+                        process_limits_, &finished_);
+      for (Completion& c : finished_) TakeCompletion(std::move(c));
+      finished_.clear();
+    }
     ReceiveCompletions();
     ReceiveFromBroker(now);
   }
+}
+
+void Worker::TakeCompletion(Completion&& completion) {
+  credit_.OnCompleted();
+  if (metrics_) {
+    metrics_->OnCompleted(completion.ok(), completion.seconds());
+    metrics_->SetBusy(credit_.held());
+  }
+  unsent_.push_back(std::move(completion));
 }
 
 void Worker::UpdateCapacity() {
@@ -246,14 +282,7 @@ bool Worker::MaySendResults() const {
 }
 
 void Worker::ReceiveCompletions() {
-  while (auto completion = Completion::Receive(results_)) {
-    credit_.OnCompleted();
-    if (metrics_) {
-      metrics_->OnCompleted(completion->ok(), completion->seconds());
-      metrics_->SetBusy(credit_.held());
-    }
-    unsent_.push_back(std::move(*completion));
-  }
+  while (auto completion = Completion::Receive(results_)) TakeCompletion(std::move(*completion));
 }
 
 void Worker::ReceiveFromBroker(TimePoint now) {
@@ -373,7 +402,15 @@ void Worker::HandleDispatch(const proto::Dispatch& dispatch) {
     }
     tasks_.resize(kept);
   }
-  if (!tasks_.empty()) pool_->Submit(tasks_);
+  if (!tasks_.empty()) {
+    if (process_ != nullptr) {
+      process_->Submit(tasks_, process_limits_, &finished_);
+      for (Completion& c : finished_) TakeCompletion(std::move(c));
+      finished_.clear();
+    } else {
+      pool_->Submit(tasks_);
+    }
+  }
   if (metrics_) metrics_->SetBusy(credit_.held());
   if (credit_.over_committed() && !warned_overcredit_) {
     warned_overcredit_ = true;
@@ -388,13 +425,21 @@ void Worker::HandleDispatch(const proto::Dispatch& dispatch) {
 }
 
 void Worker::CheckSignals() {
-  if (!StopRequested()) return;
+  const bool signalled = StopRequested();
+  if (!signalled && !stop_asked_.load()) return;
   if (!stop_from_signal_) {
     stop_from_signal_ = true;
+    if (!signalled) {
+      spdlog::info("worker {}: stop requested; draining {} held batches, then exiting",
+                   options_.id, credit_.held());
+      return;
+    }
     ArmSecondStopSignal();
     spdlog::info("worker {}: signal {}; draining {} held batches, then exiting "
                  "(signal again to exit now)",
                  options_.id, StopSignal(), credit_.held());
+  } else if (!signalled) {
+    return;  // stopped by RequestStop: no signal to tell apart
   } else if (g_parent_repeats != reported_parent_repeats_ && !g_second_stop) {
     reported_parent_repeats_ = g_parent_repeats;
     spdlog::info("worker {}: SIGTERM again from the process that started it (pid {}; "
@@ -562,6 +607,12 @@ Millis Worker::PollTimeout(TimePoint now) const {
     case State::kAwaitWelcome:
       next = std::min(next, last_heard_ + liveness_ * heartbeat_);
       break;
+  }
+  if (process_ != nullptr) {
+    // A batch timeout is on the real clock: the handler's processes run on it.
+    if (const auto deadline = process_->NextDeadline()) {
+      next = std::min(next, now + (*deadline - std::chrono::steady_clock::now()));
+    }
   }
   // Rounded up, so we never wake a hair early and spin with a 0 ms poll.
   const auto wait = std::chrono::ceil<Millis>(next - now);

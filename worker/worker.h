@@ -11,6 +11,7 @@
 
 #include <zmq.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -25,6 +26,7 @@
 #include "common/zmq_util.h"
 #include "worker/credit_ledger.h"
 #include "worker/handler.h"
+#include "worker/process_handler.h"
 #include "worker/slot_pool.h"
 #include "worker/worker_metrics.h"
 
@@ -61,6 +63,9 @@ class Worker {
   // Validates options, builds the handler, binds the results socket and
   // starts the slot threads. Throws std::invalid_argument on bad options.
   explicit Worker(WorkerOptions options);
+  // The same with a handler of the caller's (the SDK's function handler);
+  // options.handler is then unused but for its name in logs.
+  Worker(WorkerOptions options, std::unique_ptr<Handler> handler);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -79,6 +84,9 @@ class Worker {
   // caller's hard-exit paths. Safe to call from the loop's thread only.
   void AbortNow();
 
+  // Asks Run to drain and return, as a first SIGTERM does. Thread-safe.
+  void RequestStop();
+
  private:
   enum class State {
     kBackoff,       // no socket; waiting until reconnect_at_
@@ -90,6 +98,7 @@ class Worker {
 
   // Reads the handler's ready slots into the credit ledger.
   void UpdateCapacity();
+  void TakeCompletion(Completion&& completion);
   void OpenSocket(TimePoint now);
   void Reconnect(TimePoint now, const std::string& why);
   Millis NextBackoff();
@@ -119,6 +128,12 @@ class Worker {
   std::unique_ptr<zmq::socket_t> broker_;   // DEALER; null while backing off
   std::unique_ptr<Handler> handler_;
   std::unique_ptr<SlotPool> pool_;
+  // handler_ when it is the process handler: its batches run on this
+  // loop, with the handlers' pipes in the poll, not on slot threads.
+  ProcessHandler* process_ = nullptr;
+  ProcessHandler::Limits process_limits_;
+  std::vector<zmq::pollitem_t> poll_items_;  // reused each turn
+  std::vector<Completion> finished_;        // reused: one Service's results
   std::unique_ptr<WorkerMetrics> metrics_;  // null without --metrics
 
   State state_ = State::kBackoff;
@@ -147,6 +162,8 @@ class Worker {
   bool duplicate_logged_ = false;    // duplicate_worker logged (since WELCOME)
   bool drain_sent_ = false;   // DRAIN sent on the current registration
   bool abandoned_ = false;
+  std::atomic<bool> stop_asked_{false};  // RequestStop
+  int stop_fd_ = -1;                      // eventfd: RequestStop wakes the poll
   std::optional<int> exit_code_;
   std::string out_;  // reused encode buffer
 };

@@ -36,16 +36,31 @@ namespace frames = fleet::worker::frames;
 
 namespace {
 
-bool ReadExact(char* out, std::size_t n) {
-  std::size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::read(0, out + got, n - got);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    got += static_cast<std::size_t>(r);
+// Reads stdin in large pieces: a frame usually takes one read.
+class Input {
+ public:
+  // The next `n` bytes, or null at end of input.
+  const char* Take(std::size_t n) {
+    if (at_ > 0 && buf_.size() - at_ < n) {
+      buf_.erase(0, at_);
+      at_ = 0;
+    }
+    while (buf_.size() - at_ < n) {
+      char chunk[65536];
+      const ssize_t r = ::read(0, chunk, sizeof(chunk));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return nullptr;
+      buf_.append(chunk, static_cast<std::size_t>(r));
+    }
+    const char* p = buf_.data() + at_;
+    at_ += n;
+    return p;
   }
-  return true;
-}
+
+ private:
+  std::string buf_;
+  std::size_t at_ = 0;
+};
 
 void WriteAll(const std::string& s) {
   std::size_t done = 0;
@@ -98,15 +113,17 @@ int main(int argc, char** argv) {
   frames::AppendReady(&out);
   WriteAll(out);
 
+  Input in;
   std::string body;
   while (true) {
-    char header[4];
-    if (!ReadExact(header, 4)) break;
+    const char* header = in.Take(4);
+    if (header == nullptr) break;
     const auto* h = reinterpret_cast<const unsigned char*>(header);
     const std::size_t n = (std::size_t{h[0]} << 24) | (std::size_t{h[1]} << 16) |
                           (std::size_t{h[2]} << 8) | std::size_t{h[3]};
-    body.resize(n);
-    if (!ReadExact(body.data(), n)) return 4;
+    const char* b = in.Take(n);
+    if (b == nullptr) return 4;
+    body.assign(b, n);
     std::string id, payload;
     if (!frames::DecodeBatchForTests(body, &id, &payload)) {
       std::fprintf(stderr, "fleet-test-handler: not a batch frame\n");

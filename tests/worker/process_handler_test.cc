@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -102,8 +103,10 @@ TEST(HandlerFramesTest, RefusesWhatIsNotAHandlerMessageWithAReason) {
 // ---- the handler ----
 
 std::unique_ptr<ProcessHandler> Make(int slots, const std::string& args = "",
-                                     double grace = 2.0) {
+                                     double grace = 2.0,
+                                     milliseconds ready_wait = milliseconds(30000)) {
   ProcessHandler::Options o;
+  o.ready_wait = ready_wait;
   o.command = Bin("fleet-test-handler") + " " + args;
   o.slots = slots;
   o.worker_id = "w-test";
@@ -264,6 +267,101 @@ TEST(ProcessHandlerTest, AbortKillsEveryHandlerAtOnce) {
   h->Abort();
   EXPECT_TRUE(WaitFor([&] { return CountMarked(marker) == 0; }, seconds(10)));
   h.reset();  // reaps them; no 30 s grace needed for the dead
+}
+
+// ---- the loop's way: Submit, PollItems, Service ----
+
+// Drives `h` as the worker's loop does until `want` batches are done or
+// `limit` passes; returns the completions by id.
+std::map<std::string, Completion> DriveLoop(ProcessHandler& h, std::vector<Task> tasks,
+                                            std::size_t want,
+                                            const ProcessHandler::Limits& limits = {},
+                                            seconds limit = seconds(30)) {
+  std::map<std::string, Completion> got;
+  std::vector<Completion> done;
+  h.Submit(tasks, limits, &done);
+  const auto end = std::chrono::steady_clock::now() + limit;
+  std::vector<zmq::pollitem_t> items;
+  while (true) {
+    for (Completion& c : done) got.emplace(std::string(c.id()), std::move(c));
+    done.clear();
+    if (got.size() >= want || std::chrono::steady_clock::now() >= end) break;
+    items.clear();
+    items.push_back({nullptr, h.ready_fd(), ZMQ_POLLIN, 0});
+    h.PollItems(&items);
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(20));
+    if (items[0].revents != 0) h.AckReady();
+    h.Service(items.data() + 1, items.size() - 1, limits, &done);
+  }
+  return got;
+}
+
+Task MakeTask(const std::string& id, const std::string& payload) {
+  return Task{id, "default", 1, payload};
+}
+
+TEST(ProcessHandlerLoopTest, QueuedBatchesRunOnEveryProcessAndAKilledOneIsGivenBack) {
+  TempDir dir;
+  auto h = Make(3);
+  ASSERT_TRUE(AllReady(*h, 3));
+  std::vector<Task> tasks;
+  for (int i = 0; i < 30; ++i) tasks.push_back(MakeTask("b-" + std::to_string(i), "x" + std::to_string(i)));
+  tasks.push_back(MakeTask("k", "once:" + dir.File("k") + ":kill"));
+  tasks.push_back(MakeTask("s", "sleep:50"));
+  auto got = DriveLoop(*h, std::move(tasks), 32);
+  ASSERT_EQ(got.size(), 32u);
+  for (int i = 0; i < 30; ++i) {
+    const Completion& c = got.at("b-" + std::to_string(i));
+    EXPECT_TRUE(c.ok()) << c.error();
+    EXPECT_EQ(c.result(), "x" + std::to_string(i));
+  }
+  EXPECT_FALSE(got.at("k").ok());
+  EXPECT_TRUE(got.at("k").retry());
+  EXPECT_EQ(std::string(got.at("k").error()).rfind("handler exited (killed by signal 9", 0), 0u)
+      << got.at("k").error();
+  EXPECT_TRUE(got.at("s").ok());
+  EXPECT_EQ(h->queued(), 0u);
+  EXPECT_EQ(h->running(), 0u);
+  // The killed one comes back and takes the retry.
+  ASSERT_TRUE(AllReady(*h, 3));
+  std::vector<Task> again{MakeTask("k", "once:" + dir.File("k") + ":kill")};
+  auto retried = DriveLoop(*h, std::move(again), 1);
+  ASSERT_EQ(retried.size(), 1u);
+  EXPECT_TRUE(retried.at("k").ok()) << retried.at("k").error();
+  EXPECT_EQ(retried.at("k").result(), "again");
+}
+
+TEST(ProcessHandlerLoopTest, ATimeoutFailsTheBatchAndErrorsAndGarbageAreReported) {
+  auto h = Make(2);
+  ASSERT_TRUE(AllReady(*h, 2));
+  ProcessHandler::Limits limits;
+  limits.timeout = Timeout(0.2);
+  std::vector<Task> tasks{MakeTask("slow", "sleep:30000"), MakeTask("err", "error:bad input"),
+                          MakeTask("junk", "garbage")};
+  ASSERT_TRUE(h->NextDeadline() == std::nullopt);
+  auto got = DriveLoop(*h, std::move(tasks), 3, limits);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_FALSE(got.at("slow").ok());
+  EXPECT_FALSE(got.at("slow").retry());
+  EXPECT_EQ(got.at("slow").error(), "timed out after 0.2s");
+  EXPECT_FALSE(got.at("err").ok());
+  EXPECT_FALSE(got.at("err").retry());
+  EXPECT_EQ(got.at("err").error(), "bad input");
+  EXPECT_TRUE(got.at("junk").retry());
+  EXPECT_EQ(std::string(got.at("junk").error()).rfind("protocol error", 0), 0u)
+      << got.at("junk").error();
+}
+
+TEST(ProcessHandlerLoopTest, BatchesAreGivenBackWhenNoProcessIsReadyForTheReadyWait) {
+  auto h = Make(1, "--exit-before-ready 3", 2.0, milliseconds(300));
+  std::vector<Task> tasks{MakeTask("a", "x"), MakeTask("b", "y")};
+  auto got = DriveLoop(*h, std::move(tasks), 2);
+  ASSERT_EQ(got.size(), 2u);
+  for (const auto& [id, c] : got) {
+    EXPECT_TRUE(c.retry()) << id;
+    EXPECT_EQ(c.error(), "no handler process was ready within 0.3s") << id;
+  }
+  EXPECT_EQ(h->queued(), 0u);
 }
 
 }  // namespace

@@ -1,0 +1,275 @@
+// fleet::Client (include/fleet/client.h): a Producer driven by one I/O
+// thread of the client's own. Submitting threads hand batches over through
+// a locked inbox and an eventfd that wakes the thread's poll; results go
+// back through each batch's promise or callback.
+#include "fleet/client.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+#include <zmq.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+#include "client/producer.h"
+#include "common/clock.h"
+#include "common/curve.h"
+
+namespace fleet {
+namespace {
+
+// Who waits for a batch's result: a promise, or a callback.
+struct Waiter {
+  std::optional<std::promise<Result>> promise;  // none for a callback
+  std::function<void(const Result&)> callback;
+};
+
+struct Handed {
+  std::string id;
+  std::string payload;
+  Waiter waiter;
+};
+
+void Deliver(Waiter& w, Result r) {
+  if (w.callback) {
+    try {
+      w.callback(r);
+    } catch (const std::exception& e) {
+      spdlog::error("fleet::Client: the result callback of {} threw: {}", r.id, e.what());
+    } catch (...) {
+      spdlog::error("fleet::Client: the result callback of {} threw", r.id);
+    }
+  } else {
+    w.promise->set_value(std::move(r));
+  }
+}
+
+Result Failed(std::string id, std::string error) {
+  Result r;
+  r.id = std::move(id);
+  r.ok = false;
+  r.error = std::move(error);
+  return r;
+}
+
+}  // namespace
+
+class Client::Impl {
+ public:
+  explicit Impl(ClientOptions options) : options_(std::move(options)) {
+    if (options_.max_in_flight < 1 || options_.max_in_flight > 1'000'000) {
+      throw std::invalid_argument("fleet::Client: max_in_flight must be in 1..1000000");
+    }
+    client::Producer::Options po;
+    po.endpoint = options_.endpoint;
+    po.max_in_flight = options_.max_in_flight;
+    po.resend_after = options_.resend_after;
+    try {
+      po.socket.curve = LoadCurveClient(options_.curve_server_key, options_.curve_key);
+    } catch (const std::exception& e) {
+      throw std::invalid_argument(e.what());
+    }
+    try {
+      producer_ = std::make_unique<client::Producer>(
+          context_, po, [this](const client::ResultView& r) { OnResult(r); }, clock_);
+    } catch (const zmq::error_t& e) {
+      throw std::invalid_argument("cannot connect to " + options_.endpoint + ": " + e.what());
+    }
+    wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_fd_ < 0) throw std::runtime_error("fleet::Client: eventfd failed");
+    producer_->set_wake_fd(wake_fd_);
+    if (options_.on_reconnect) producer_->set_on_reconnect(options_.on_reconnect);
+    std::random_device rd;
+    char prefix[32];
+    std::snprintf(prefix, sizeof prefix, "c%d-%08x-", static_cast<int>(::getpid()),
+                  static_cast<unsigned>(rd()));
+    prefix_ = prefix;
+    io_ = std::thread([this] { Loop(); });
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    Wake();
+    io_.join();
+    // What never got a result: told so, not left hanging.
+    for (auto& [id, w] : waiters_) {
+      if (w.callback) {
+        Deliver(w, Failed(id, "fleet::Client closed before the result came"));
+      } else {
+        w.promise->set_exception(std::make_exception_ptr(
+            std::runtime_error("fleet::Client closed before the result of " + id + " came")));
+      }
+    }
+    for (Handed& h : inbox_) {
+      if (h.waiter.callback) {
+        Deliver(h.waiter, Failed(h.id, "fleet::Client closed before the batch was sent"));
+      } else {
+        h.waiter.promise->set_exception(std::make_exception_ptr(
+            std::runtime_error("fleet::Client closed before " + h.id + " was sent")));
+      }
+    }
+    producer_.reset();
+    ::close(wake_fd_);
+  }
+
+  std::string NextId() { return prefix_ + std::to_string(++next_id_); }
+
+  void Hand(std::string id, std::string payload, Waiter waiter) {
+    bool was_empty;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      was_empty = inbox_.empty();
+      inbox_.push_back(Handed{std::move(id), std::move(payload), std::move(waiter)});
+      ++outstanding_;
+    }
+    // The thread takes the whole inbox when it wakes: one write per burst.
+    if (was_empty) Wake();
+  }
+
+  std::size_t outstanding() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return outstanding_;
+  }
+
+  ClientCounters counters() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return counters_;
+  }
+
+  bool WaitAll(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return done_cv_.wait_for(lock, timeout, [&] { return outstanding_ == 0; });
+  }
+
+ private:
+  void Wake() {
+    const std::uint64_t one = 1;
+    while (::write(wake_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
+    }
+  }
+
+  void Loop() {
+    std::deque<Handed> taken;
+    while (true) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) return;
+        taken.swap(inbox_);
+      }
+      std::uint64_t n;
+      while (::read(wake_fd_, &n, sizeof(n)) < 0 && errno == EINTR) {
+      }
+      for (Handed& h : taken) {
+        if (waiters_.count(h.id) != 0 ||
+            !producer_->Submit(h.id, options_.queue, h.payload)) {
+          Finish(h.waiter, Failed(h.id, "batch id " + h.id +
+                                            " is already waiting for its result in this client"));
+          continue;
+        }
+        waiters_.emplace(std::move(h.id), std::move(h.waiter));
+      }
+      taken.clear();
+      // Woken by a result, the wake descriptor, a retry or resend coming
+      // due; the second is only a safety net.
+      producer_->Poll(std::chrono::milliseconds(1000));
+      const auto& c = producer_->counters();
+      std::lock_guard<std::mutex> lock(mu_);
+      counters_.submit_messages = c.submit_messages;
+      counters_.accepted = c.accepted;
+      counters_.queue_full_retries = c.queue_full_retries;
+      counters_.rejected = c.rejected;
+      counters_.results = c.results;
+      counters_.duplicates_dropped = c.duplicates_dropped;
+      counters_.fetches = c.fetches;
+      counters_.resends = c.resends;
+      counters_.reconnects = c.reconnects;
+      counters_.reconnect_resends = c.reconnect_resends;
+      counters_.errors = c.errors;
+    }
+  }
+
+  void OnResult(const client::ResultView& view) {
+    auto it = waiters_.find(std::string(view.id));
+    if (it == waiters_.end()) return;  // the producer delivers each id once
+    Result r;
+    r.id = std::string(view.id);
+    r.ok = view.outcome == proto::Outcome::kOk;
+    r.attempts = view.attempts;
+    r.result = std::string(view.result);
+    r.error = std::string(view.error);
+    Waiter w = std::move(it->second);
+    waiters_.erase(it);
+    Finish(w, std::move(r));
+  }
+
+  void Finish(Waiter& w, Result r) {
+    Deliver(w, std::move(r));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--outstanding_ == 0) done_cv_.notify_all();
+  }
+
+  const ClientOptions options_;
+  zmq::context_t context_{1};
+  SteadyClock clock_;
+  std::unique_ptr<client::Producer> producer_;  // the I/O thread's, once started
+  int wake_fd_ = -1;
+  std::string prefix_;
+  std::atomic<std::uint64_t> next_id_{0};
+
+  mutable std::mutex mu_;
+  std::condition_variable done_cv_;
+  std::deque<Handed> inbox_;     // guarded by mu_
+  std::size_t outstanding_ = 0;  // guarded by mu_
+  bool stopping_ = false;        // guarded by mu_
+  ClientCounters counters_;      // guarded by mu_
+  std::unordered_map<std::string, Waiter> waiters_;  // the I/O thread's
+  std::thread io_;
+};
+
+Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Client::~Client() = default;
+
+std::future<Result> Client::Submit(std::string payload) {
+  return SubmitWithId(impl_->NextId(), std::move(payload));
+}
+
+void Client::Submit(std::string payload, std::function<void(const Result&)> on_result) {
+  SubmitWithId(impl_->NextId(), std::move(payload), std::move(on_result));
+}
+
+std::future<Result> Client::SubmitWithId(std::string id, std::string payload) {
+  Waiter w;
+  std::future<Result> f = w.promise.emplace().get_future();
+  impl_->Hand(std::move(id), std::move(payload), std::move(w));
+  return f;
+}
+
+void Client::SubmitWithId(std::string id, std::string payload,
+                          std::function<void(const Result&)> on_result) {
+  if (!on_result) throw std::invalid_argument("fleet::Client::Submit: empty callback");
+  Waiter w;
+  w.callback = std::move(on_result);
+  impl_->Hand(std::move(id), std::move(payload), std::move(w));
+}
+
+std::size_t Client::outstanding() const { return impl_->outstanding(); }
+
+ClientCounters Client::counters() const { return impl_->counters(); }
+
+bool Client::WaitAll(std::chrono::milliseconds timeout) { return impl_->WaitAll(timeout); }
+
+}  // namespace fleet

@@ -348,6 +348,14 @@ TEST(ProcessHandlerLoopTest, ATimeoutFailsTheBatchAndErrorsAndGarbageAreReported
   EXPECT_FALSE(got.at("err").retry());
   EXPECT_EQ(got.at("err").error(), "bad input");
   EXPECT_TRUE(got.at("junk").retry());
+  // A long error text reaches the producer cut to the limit.
+  std::vector<Task> long_error{MakeTask("long", "error:" + std::string(20000, 'e'))};
+  ASSERT_TRUE(AllReady(*h, 2));
+  auto cut = DriveLoop(*h, std::move(long_error), 1, limits);
+  ASSERT_EQ(cut.size(), 1u);
+  EXPECT_FALSE(cut.at("long").ok());
+  EXPECT_EQ(cut.at("long").error().size(), limits.max_error_bytes + 3);  // + "..."
+  EXPECT_EQ(cut.at("long").error().substr(0, 5), "eeeee");
   EXPECT_EQ(std::string(got.at("junk").error()).rfind("protocol error", 0), 0u)
       << got.at("junk").error();
 }

@@ -386,10 +386,11 @@ void BrokerCore::Complete(const proto::DoneItem& item, Worker* reporter, TimePoi
   Batch* b = batches_.Get(*seq);
   if (item.outcome == proto::Outcome::kRetry) {
     // The worker could not finish it (its handler process died): another
-    // try, counted like a worker's death, but only from the worker that
-    // holds it now (a late one from an earlier holder changes nothing).
+    // try, counted like a worker's death, but only for the attempt running
+    // now on the worker that holds it (a late one from an earlier holder,
+    // or for an earlier attempt, changes nothing).
     if (b->state != BatchState::kRunning || reporter == nullptr ||
-        b->worker.view() != std::string_view(reporter->id)) {
+        b->worker.view() != std::string_view(reporter->id) || item.attempt != b->attempts) {
       ++counters_.duplicates;
       return;
     }

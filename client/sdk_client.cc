@@ -105,25 +105,31 @@ class Client::Impl {
     }
     Wake();
     io_.join();
-    // What never got a result: told so, not left hanging.
-    for (auto& [id, w] : waiters_) {
-      if (w.callback) {
-        Deliver(w, Failed(id, "fleet::Client closed before the result came"));
-      } else {
-        w.promise->set_exception(std::make_exception_ptr(
-            std::runtime_error("fleet::Client closed before the result of " + id + " came")));
-      }
+    // What never got a result: told so, not left hanging (on this thread;
+    // a callback that submits now is refused at once, see Hand).
+    std::unordered_map<std::string, Waiter> waiting;
+    waiting.swap(waiters_);
+    for (auto& [id, w] : waiting) {
+      Refuse(w, id, "fleet::Client closed before the result of " + id + " came");
     }
-    for (Handed& h : inbox_) {
-      if (h.waiter.callback) {
-        Deliver(h.waiter, Failed(h.id, "fleet::Client closed before the batch was sent"));
-      } else {
-        h.waiter.promise->set_exception(std::make_exception_ptr(
-            std::runtime_error("fleet::Client closed before " + h.id + " was sent")));
-      }
+    std::deque<Handed> unsent;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      unsent.swap(inbox_);
+    }
+    for (Handed& h : unsent) {
+      Refuse(h.waiter, h.id, "fleet::Client closed before " + h.id + " was sent");
     }
     producer_.reset();
     ::close(wake_fd_);
+  }
+
+  static void Refuse(Waiter& w, const std::string& id, const std::string& why) {
+    if (w.callback) {
+      Deliver(w, Failed(id, why));
+    } else {
+      w.promise->set_exception(std::make_exception_ptr(std::runtime_error(why)));
+    }
   }
 
   std::string NextId() { return prefix_ + std::to_string(++next_id_); }
@@ -131,7 +137,13 @@ class Client::Impl {
   void Hand(std::string id, std::string payload, Waiter waiter) {
     bool was_empty;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
+      if (stopping_) {
+        // A callback submitting while the client is being destroyed.
+        lock.unlock();
+        Refuse(waiter, id, "fleet::Client closed before " + id + " was sent");
+        return;
+      }
       was_empty = inbox_.empty();
       inbox_.push_back(Handed{std::move(id), std::move(payload), std::move(waiter)});
       ++outstanding_;
@@ -165,13 +177,15 @@ class Client::Impl {
   void Loop() {
     std::deque<Handed> taken;
     while (true) {
+      // Reset the wake-up before taking the inbox: a batch handed over in
+      // between wakes the next poll instead of waiting for the safety net.
+      std::uint64_t n;
+      while (::read(wake_fd_, &n, sizeof(n)) < 0 && errno == EINTR) {
+      }
       {
         std::lock_guard<std::mutex> lock(mu_);
         if (stopping_) return;
         taken.swap(inbox_);
-      }
-      std::uint64_t n;
-      while (::read(wake_fd_, &n, sizeof(n)) < 0 && errno == EINTR) {
       }
       for (Handed& h : taken) {
         if (waiters_.count(h.id) != 0 ||

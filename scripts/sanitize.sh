@@ -6,9 +6,10 @@
 #   asan  ASan + UBSan + LeakSanitizer, build-asan/: the whole suite except the
 #         tests labelled docker.
 #   tsan  ThreadSanitizer, build-tsan/: the tests of the multi-threaded code
-#         (worker and its slot pool, the exec handler, the HTTP client against
-#         the test server's thread, the client library against the threaded
-#         router) and the integration tests whose workers run several slots.
+#         (worker and its slot pool, the exec and process handlers, the SDK,
+#         the HTTP client against the test server's thread, the client
+#         library against the threaded router) and the integration tests
+#         whose workers run several slots.
 #
 # Environment:
 #   JOBS          parallel compile and ctest jobs (default: nproc)
@@ -44,7 +45,7 @@ done
 JOBS=${JOBS:-$(nproc)}
 BUILD_PREFIX=${BUILD_PREFIX:-build-}
 supp="$src/tests/sanitizers"
-default_tsan_tests='^(CreditLedgerTest|EchoHandlerTest|SleepHandlerTest|Sha256HandlerTest|MakeHandlerTest|ExecHandlerTest|SlotPoolTest|WorkerProcessTest|HttpClientTest|DockerLauncherFakeTest|AutoscalerLoopTest|MetricsSourceTest|ProducerTest|ControlClientTest|SubmitCliTest|CtlCliTest|DataPathTest|GarbageTest|MetricsTest|LedgerFaultTest)\.'
+default_tsan_tests='^(CreditLedgerTest|ProcessHandlerTest|ProcessHandlerLoopTest|SdkTest|EchoHandlerTest|SleepHandlerTest|Sha256HandlerTest|MakeHandlerTest|ExecHandlerTest|SlotPoolTest|WorkerProcessTest|HttpClientTest|DockerLauncherFakeTest|AutoscalerLoopTest|MetricsSourceTest|ProducerTest|ControlClientTest|SubmitCliTest|CtlCliTest|DataPathTest|GarbageTest|MetricsTest|LedgerFaultTest)\.'
 
 bash scripts/deps.sh
 

@@ -115,8 +115,10 @@ int main(int argc, char** argv) {
   try {
     return worker->Run();  // SIGINT/SIGTERM drain; a second one exits at once
   } catch (const std::exception& e) {
+    // Run has killed the handler's processes; slot threads may still be in
+    // a batch (a sleep): do not wait for them.
     spdlog::critical("fleet-worker: {}", e.what());
     spdlog::default_logger()->flush();
-    return 1;
+    std::_Exit(1);
   }
 }

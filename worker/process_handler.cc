@@ -27,6 +27,12 @@ namespace {
 constexpr std::size_t kStderrLineMax = 4096;
 constexpr std::size_t kStderrTailLines = 5;
 constexpr std::size_t kReadChunk = 64 << 10;
+// How long the worker's loop waits, after a busy handler's stdout ended,
+// for its exit status (for the batch's error text). A process that closed
+// its stdout by exiting is a zombie within microseconds.
+constexpr std::chrono::milliseconds kLoopExitWait{20};
+// A handler not ready this long after its start is logged (once).
+constexpr std::chrono::seconds kSlowStartAfter{30};
 
 void CloseFd(int* fd) {
   if (*fd >= 0) ::close(*fd);
@@ -156,6 +162,8 @@ struct ProcessHandler::Child {
   std::string err_line;             // stderr bytes not yet a whole line
   std::deque<std::string> err_tail;  // its last stderr lines
   Clock::time_point restart_at{};
+  Clock::time_point started_at{};   // its process started (kStarting)
+  bool slow_start_logged = false;   // "not ready yet" said once
   std::chrono::milliseconds backoff{0};
   std::string failure;  // why it was killed, for the restart log line
 };
@@ -192,6 +200,12 @@ ProcessHandler::ProcessHandler(Options options)
 ProcessHandler::~ProcessHandler() {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Batches the loop still drives (the worker is going away without a
+    // drain: an exception, a stop-now): their processes are killed, so the
+    // supervisor can reap them; nobody will read their answers.
+    for (Child* c : running_) KillLocked(*c, "the worker is stopping");
+    running_.clear();
+    queue_.clear();
     closing_ = true;
   }
   idle_cv_.notify_all();
@@ -271,6 +285,23 @@ void ProcessHandler::SupervisorMain() {
           }
         }
       }
+      if (to_start.empty() && !closing_) {
+        // One line for a handler slow to say ready: the worker waits for
+        // it, and without this nothing would say why no work comes.
+        for (auto& c : children_) {
+          if (c->state != Child::State::kStarting || c->pid <= 0 || c->slow_start_logged) continue;
+          const auto due = c->started_at + kSlowStartAfter;
+          if (now >= due) {
+            c->slow_start_logged = true;
+            spdlog::warn("{} slot {} (pid {}): not ready {} s after it started; its slot "
+                         "takes no work until it sends ready",
+                         kind_, c->slot, c->pid, kSlowStartAfter.count());
+          } else {
+            const int ms = MillisUntil(due);
+            timeout_ms = timeout_ms < 0 ? ms : std::min(timeout_ms, ms);
+          }
+        }
+      }
       if (to_start.empty()) {
         for (auto& c : children_) {
           if (c->pid <= 0) continue;
@@ -319,7 +350,11 @@ void ProcessHandler::SupervisorMain() {
       Child& c = *owners[i].first;
       if (c.pid <= 0 || c.pidfd != fds[i].fd) continue;  // reaped already
       if (c.state == Child::State::kBusy) {
+        // Whoever runs its batch finds the end of its stdout; kill what is
+        // left of its process group, so that a child of it holding that
+        // stdout cannot keep the batch waiting.
         c.exit_seen = true;
+        ::kill(-c.pid, SIGKILL);
       } else {
         Reap(c, now);
       }
@@ -329,7 +364,9 @@ void ProcessHandler::SupervisorMain() {
 
 void ProcessHandler::ReadStderr(Child& c) {
   char buf[4096];
-  while (c.err >= 0) {
+  // At most 64 KiB per wake-up: a handler writing without pause must not
+  // keep the lock, which the worker's loop also takes, for long.
+  for (int reads = 0; c.err >= 0 && reads < 16; ++reads) {
     const ssize_t n = ::read(c.err, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) return;
@@ -554,6 +591,8 @@ void ProcessHandler::Spawn(Child& c) {
   c.out_buf.clear();
   ++starts_;
   spdlog::debug("{} slot {}: started pid {}", kind_, c.slot, pid);
+  c.started_at = Clock::now();
+  c.slow_start_logged = false;
   if (closing_) CloseFd(&c.in);  // started as the worker stops: let it go at once
 }
 
@@ -642,6 +681,7 @@ void ProcessHandler::Begin(Child& c, const BatchInfo& batch, std::string_view pa
 ProcessHandler::Step ProcessHandler::Advance(Child& c, HandlerOutput* out,
                                              std::string* failure) {
   // The frame first: a pipe usually takes it whole.
+  const bool writing = c.written < c.frame.size();
   while (c.written < c.frame.size()) {
     const ssize_t w = ::write(c.in, c.frame.data() + c.written, c.frame.size() - c.written);
     if (w > 0) {
@@ -654,6 +694,10 @@ ProcessHandler::Step ProcessHandler::Advance(Child& c, HandlerOutput* out,
       *failure = "handler exited";  // EPIPE: its stdin is closed
       return Step::kBroken;
     }
+  }
+  if (writing && c.written == c.frame.size() && c.frame.capacity() > (1u << 20)) {
+    std::string().swap(c.frame);  // a large payload is not kept per slot
+    c.written = 0;
   }
   // Whatever it wrote, also while the frame is still going in, so a
   // handler that writes before it reads cannot deadlock us.
@@ -781,7 +825,7 @@ void ProcessHandler::StartQueued(const Limits& limits, std::vector<Completion>* 
     const std::uint32_t attempt = c->attempt;
     const Timeout took = Clock::now() - c->started;
     out = Finish(*c, step, std::move(out), std::move(failure), limits.timeout,
-                 std::chrono::milliseconds(100));
+                 kLoopExitWait);
     done->push_back(Completion::FromOutput(id, attempt, std::move(out), took, limits.timeout,
                                            limits.max_result_bytes, limits.max_error_bytes));
   }
@@ -829,7 +873,7 @@ void ProcessHandler::Service(const zmq::pollitem_t* items, std::size_t count,
     const std::string id = c.batch_id;
     const Timeout took = now - c.started;
     out = Finish(c, step, std::move(out), std::move(failure), limits.timeout,
-                 std::chrono::milliseconds(100));
+                 kLoopExitWait);
     done->push_back(Completion::FromOutput(id, c.attempt, std::move(out), took, limits.timeout,
                                            limits.max_result_bytes, limits.max_error_bytes));
   }

@@ -2,6 +2,7 @@
 // user's function as its handler, run on the slot threads.
 #include "fleet/worker.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -55,8 +56,6 @@ std::string DefaultId() {
 class Worker::Impl {
  public:
   Impl(WorkerOptions options, Function function) : handle_signals_(options.handle_signals) {
-    // Before any handler process starts, so a signal from now on drains.
-    if (handle_signals_) InstallStopSignals();
     worker::WorkerOptions o;
     o.broker = options.broker;
     o.id = options.id.empty() ? DefaultId() : options.id;
@@ -86,6 +85,15 @@ class Worker::Impl {
     } catch (const std::exception& e) {
       throw std::invalid_argument(e.what());
     }
+    worker::ValidateOptions(o);  // before touching the process's signals
+    // A write to a handler process that just died must fail with EPIPE,
+    // not end the worker.
+    struct sigaction old_pipe {};
+    if (::sigaction(SIGPIPE, nullptr, &old_pipe) == 0 && old_pipe.sa_handler == SIG_DFL) {
+      ::signal(SIGPIPE, SIG_IGN);
+    }
+    // Before any handler process starts, so a signal from now on drains.
+    if (handle_signals_) InstallStopSignals();
     worker_ = std::make_unique<worker::Worker>(std::move(o), std::move(handler));
   }
 

@@ -126,7 +126,10 @@ Worker::Worker(WorkerOptions options, std::unique_ptr<Handler> handler)
   if (const pid_t parent = getppid(); parent > 1) g_parent_pid = parent;
   options_.handler.slots = options_.concurrency;
   options_.handler.worker_id = options_.id;
-  options_.handler.max_frame_bytes = options_.limits.max_payload_bytes + (64u << 10);
+  // A handler's answer may be up to the largest message plus room for its
+  // id and error (docs/handler-protocol.md); a result over the payload
+  // limit then fails its batch as the others do, for good.
+  options_.handler.max_frame_bytes = (64u << 20) + (64u << 10);
   handler_ = handler ? std::move(handler) : MakeHandler(options_.handler);
   stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (stop_fd_ < 0) throw std::runtime_error("worker: eventfd failed");
@@ -427,19 +430,22 @@ void Worker::HandleDispatch(const proto::Dispatch& dispatch) {
 void Worker::CheckSignals() {
   const bool signalled = StopRequested();
   if (!signalled && !stop_asked_.load()) return;
-  if (!stop_from_signal_) {
+  if (!stop_from_signal_ && !signalled) {
     stop_from_signal_ = true;
-    if (!signalled) {
-      spdlog::info("worker {}: stop requested; draining {} held batches, then exiting",
-                   options_.id, credit_.held());
-      return;
-    }
+    spdlog::info("worker {}: stop requested; draining {} held batches, then exiting",
+                 options_.id, credit_.held());
+    return;
+  }
+  if (!signalled) return;  // stopped by RequestStop, no signal yet
+  if (!signal_armed_) {
+    // The first stop signal (maybe after a RequestStop): drain, and let a
+    // second one mean "now".
+    signal_armed_ = true;
+    stop_from_signal_ = true;
     ArmSecondStopSignal();
     spdlog::info("worker {}: signal {}; draining {} held batches, then exiting "
                  "(signal again to exit now)",
                  options_.id, StopSignal(), credit_.held());
-  } else if (!signalled) {
-    return;  // stopped by RequestStop: no signal to tell apart
   } else if (g_parent_repeats != reported_parent_repeats_ && !g_second_stop) {
     reported_parent_repeats_ = g_parent_repeats;
     spdlog::info("worker {}: SIGTERM again from the process that started it (pid {}; "

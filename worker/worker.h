@@ -163,6 +163,7 @@ class Worker {
   bool drain_sent_ = false;   // DRAIN sent on the current registration
   bool abandoned_ = false;
   std::atomic<bool> stop_asked_{false};  // RequestStop
+  bool signal_armed_ = false;             // the first stop signal was handled
   int stop_fd_ = -1;                      // eventfd: RequestStop wakes the poll
   std::optional<int> exit_code_;
   std::string out_;  // reused encode buffer

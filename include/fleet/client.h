@@ -3,7 +3,9 @@
 //
 //   #include <fleet/client.h>
 //
-//   fleet::Client client({.endpoint = "tcp://127.0.0.1:5555"});
+//   fleet::ClientOptions options;
+//   options.endpoint = "tcp://127.0.0.1:5555";
+//   fleet::Client client(options);
 //   std::future<fleet::Result> f = client.Submit("payload bytes");
 //   fleet::Result r = f.get();          // r.ok, r.result or r.error
 //
@@ -74,8 +76,15 @@ struct ClientCounters {
 };
 
 // Thread-safe: any thread may submit. Callbacks run on the client's I/O
-// thread; they must not block for long and must not destroy the client (an
-// exception a callback throws is logged and dropped).
+// thread (those the destructor fails, on the destroying thread); they must
+// not block for long, must not wait for other results (WaitAll, a future's
+// get) and must not destroy the client; an exception a callback throws is
+// logged and dropped.
+//
+// Submit never blocks and never refuses for lack of room: what is beyond
+// max_in_flight waits in the client's memory. A producer of unbounded work
+// should keep its own bound (for example, submit more only while
+// outstanding() is below a limit).
 class Client {
  public:
   // Connects in the background. Throws std::invalid_argument on bad

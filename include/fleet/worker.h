@@ -79,7 +79,11 @@ struct WorkerOptions {
   // (finish what is held, say goodbye, return 0); a second SIGINT, or a
   // second SIGTERM from anyone but the parent process, ends the process at
   // once with status 1, leaving held batches to the broker to requeue.
-  // false: signals are yours; use Stop().
+  // false: signals are yours; use Stop(). A stop signal is remembered for
+  // the process's life: one Worker per process run is the way to use it.
+  // Either way, SIGPIPE is ignored from the Worker's construction on, if
+  // it was at its default (a handler process that dies must not take the
+  // worker with it).
   bool handle_signals = true;
   // Instead of a function, one of fleet-worker's handlers: "echo", "sleep",
   // "sha256", "exec" or "process" (with `exec` the command; see

@@ -304,10 +304,12 @@ TEST_F(BrokerCoreTest, RetryFromTheHolderRequeuesAndDeadLettersAtMaxAttempts) {
   const std::string holder = sent["w1"] == std::vector<std::string>{"r"} ? "W1" : "W2";
   const std::string other = holder == "W1" ? "W2" : "W1";
   ASSERT_EQ(sent[holder == "W1" ? "w1" : "w2"], std::vector<std::string>{"r"});
-  // From the worker that does not hold it: ignored.
+  // From the worker that does not hold it, or for another attempt: ignored.
   Done(other, "r", 0, Outcome::kRetry);
+  core_->OnMessage(Socket::kBackend, holder,
+                   proto::Done{0, {{"r", 7, Outcome::kRetry, "", "stale"}}}, clock_.Now());
   PumpAndFlush();
-  EXPECT_EQ(core_->counters().duplicates, 1u);
+  EXPECT_EQ(core_->counters().duplicates, 2u);
   EXPECT_EQ(core_->counters().requeued, 0u);
   // From the holder: requeued, and dispatched again with its credit back.
   Done(holder, "r", 1, Outcome::kRetry);

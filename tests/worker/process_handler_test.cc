@@ -372,5 +372,34 @@ TEST(ProcessHandlerLoopTest, BatchesAreGivenBackWhenNoProcessIsReadyForTheReadyW
   EXPECT_EQ(h->queued(), 0u);
 }
 
+TEST(ProcessHandlerLoopTest, DestroyedWithABatchRunningItKillsThatProcessAndReturns) {
+  const std::string marker = "phbusy-" + std::to_string(::getpid());
+  auto h = Make(1, "--marker " + marker, /*grace=*/30);
+  ASSERT_TRUE(AllReady(*h, 1));
+  std::vector<Task> tasks{MakeTask("long", "sleep:60000")};
+  std::vector<Completion> done;
+  h->Submit(tasks, ProcessHandler::Limits{}, &done);
+  ASSERT_EQ(h->running(), 1u);
+  h.reset();  // must not wait for the batch, nor for the grace
+  EXPECT_TRUE(WaitFor([&] { return CountMarked(marker) == 0; }, seconds(10)));
+}
+
+// A handler whose child keeps its stdout open: when the handler dies in a
+// batch, its process group goes too, so the batch is not left waiting for
+// an end of file that would never come.
+TEST(ProcessHandlerTest, AHandlersChildHoldingItsStdoutCannotKeepABatchWaiting) {
+  ProcessHandler::Options o;
+  o.command = "sleep 1000 & exec " + Bin("fleet-test-handler");  // through sh -c
+  o.slots = 1;
+  o.backoff_initial = milliseconds(20);
+  auto h = std::make_unique<ProcessHandler>(o);
+  ASSERT_TRUE(AllReady(*h, 1));
+  // Without that, this would end only at the timeout, as a failure.
+  HandlerOutput out = RunOne(*h, "b-1", "kill", Timeout(10));
+  EXPECT_FALSE(out.ok);
+  EXPECT_TRUE(out.retry) << out.error;
+  EXPECT_EQ(out.error.rfind("handler exited", 0), 0u) << out.error;
+}
+
 }  // namespace
 }  // namespace fleet::worker

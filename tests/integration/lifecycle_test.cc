@@ -161,8 +161,11 @@ TEST(LifecycleTest, WorkerRestartedAtOnceUnderItsIdGetsIn) {
   c.StartBroker({"--heartbeat-ms", "1000"});  // liveness 3 s: longer than the restart
   Process& old = c.StartWorker("phoenix", {"--handler", "sleep"});
   ASSERT_TRUE(WaitFor([&] { return c.Workers().size() == 1; }));
+  // Long enough that it is still running when the kill lands, however
+  // slowly this machine answers fleet-ctl (a 300 ms one could finish first
+  // under the sanitizers).
   Process submit({Bin("fleet-submit"), "--broker", c.frontend(), "--count", "1", "--payload",
-                  "300", "--timeout-seconds", "60"},
+                  "3000", "--timeout-seconds", "60"},
                  c.dir().File("submit.log"));
   ASSERT_TRUE(WaitFor([&] {
     auto w = c.Workers();

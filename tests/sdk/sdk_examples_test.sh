@@ -53,7 +53,12 @@ headers=$(cd "$prefix/include" && find . -type f | sort | tr '\n' ' ')
 [[ $headers == "./fleet/client.h ./fleet/worker.h " ]] || fail "installed headers: $headers"
 [[ -f $prefix/lib/cmake/fleet/fleetConfig.cmake ]] || fail "no fleetConfig.cmake installed"
 
+# A sanitizer build (scripts/sanitize.sh) installs instrumented libraries:
+# a program linking them is compiled and linked with the same flags.
+cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
 cmake -S "$src/examples" -B "$tmp/ex" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+  "-DCMAKE_CXX_FLAGS=$(cache_value CMAKE_CXX_FLAGS)" \
+  "-DCMAKE_EXE_LINKER_FLAGS=$(cache_value CMAKE_EXE_LINKER_FLAGS)" \
   >"$tmp/configure.log" 2>&1 || fail "configuring examples/ against the package failed"
 cmake --build "$tmp/ex" >"$tmp/build.log" 2>&1 || fail "building examples/ failed"
 

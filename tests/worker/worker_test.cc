@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <signal.h>
+#include <unistd.h>
 
 #include <zmq.hpp>
 
@@ -456,9 +457,15 @@ TEST_F(WorkerProcessTest, ExecHandlerReturnsCommandStdout) {
 // with the slot's credit granted again once its new handler is ready.
 TEST_F(WorkerProcessTest, ProcessHandlerCreditFollowsReadySlotsAndADeadHandlersBatchIsRetried) {
   const std::string ready = dir_.File("ready-");
+  const std::string marker = "wproc-" + std::to_string(::getpid());
   auto worker = Start({"--id", "w-proc", "--concurrency", "2", "--handler", "process", "--exec",
-                       Bin("fleet-test-handler") + " --ready-when " + ready});
-  // Both handlers are starting: the worker stays silent.
+                       Bin("fleet-test-handler") + " --marker " + marker +
+                           " --ready-when " + ready});
+  // Both handlers are up and not ready: the worker stays silent.
+  ASSERT_TRUE(testing::WaitFor([&] {
+    return testing::PidsMatching("^[^ ]*/fleet-test-handle[r] --marker " + marker + " ").size() ==
+           2;
+  }));
   EXPECT_EQ(broker_.Recv(300ms), nullptr);
   { std::ofstream(ready + "0") << "go"; }
   auto hello = broker_.Register();

@@ -55,8 +55,9 @@ def main():
         problems.append("no targets reported")
     if "Targets (issue 6)" not in doc.get("table", ""):
         problems.append("the table has no targets section")
-    if "process, Python" not in doc.get("table", ""):
-        problems.append("the table has no Python persistent handler row")
+    for row in ("process, Python", "process, C++, depth 16", "process, Python, depth 16"):
+        if row not in doc.get("table", ""):
+            problems.append(f"the table has no \"{row}\" row")
     for p in problems:
         print(f"smoke_check: {p}", file=sys.stderr)
     print(f"smoke_check: {len(results)} results, {len(problems)} problems")

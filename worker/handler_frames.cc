@@ -58,11 +58,12 @@ void AppendBatch(std::string* out, std::string_view id, std::string_view payload
   });
 }
 
-void AppendReady(std::string* out, std::uint32_t version) {
+void AppendReady(std::string* out, std::uint32_t version, std::uint32_t depth) {
   AppendFrame(out, [&](Packer& p) {
-    p.pack_array(2);
+    p.pack_array(depth > 0 ? 3 : 2);
     PackStr(p, "ready");
     p.pack_uint32(version);
+    if (depth > 0) p.pack_uint32(depth);
   });
 }
 
@@ -124,12 +125,21 @@ bool DecodeHandlerMessage(std::string_view body, HandlerMessage* out, std::strin
     const std::uint32_t n = root.via.array.size;
     const std::string_view name(e[0].via.str.ptr, e[0].via.str.size);
     if (name == "ready") {
-      if (n != 2 || e[1].type != msgpack::type::POSITIVE_INTEGER) {
-        *why = "ready must be [\"ready\", version]";
+      if ((n != 2 && n != 3) || e[1].type != msgpack::type::POSITIVE_INTEGER ||
+          (n == 3 && e[2].type != msgpack::type::POSITIVE_INTEGER)) {
+        *why = "ready must be [\"ready\", version] or [\"ready\", version, depth]";
         return false;
       }
       out->kind = HandlerMessage::Kind::kReady;
       out->version = static_cast<std::uint32_t>(std::min<std::uint64_t>(e[1].via.u64, UINT32_MAX));
+      out->depth = 1;
+      if (n == 3) {
+        if (e[2].via.u64 == 0) {
+          *why = "ready's depth must be at least 1";
+          return false;
+        }
+        out->depth = static_cast<std::uint32_t>(std::min<std::uint64_t>(e[2].via.u64, kMaxDepth));
+      }
       return true;
     }
     if (name == "ok" || name == "error") {

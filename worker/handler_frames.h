@@ -15,6 +15,9 @@ namespace fleet::worker::frames {
 
 inline constexpr std::uint32_t kVersion = 1;
 inline constexpr std::size_t kHeaderBytes = 4;
+// The most batches a handler may take at once (ready's `depth`); a larger
+// depth is taken as this.
+inline constexpr std::uint32_t kMaxDepth = 64;
 
 // Appends the frame ["batch", id, payload, attempt, queue] to `out`.
 void AppendBatch(std::string* out, std::string_view id, std::string_view payload,
@@ -33,6 +36,7 @@ struct HandlerMessage {
   enum class Kind { kReady, kOk, kError };
   Kind kind = Kind::kReady;
   std::uint32_t version = 0;  // ready
+  std::uint32_t depth = 1;    // ready: batches it takes at once, 1..kMaxDepth
   std::string_view id;        // ok, error
   std::string_view data;      // ok: the result; error: the message
 };
@@ -47,7 +51,8 @@ bool DecodeHandlerMessage(std::string_view body, HandlerMessage* out, std::strin
 bool DecodeBatchForTests(std::string_view body, std::string* id, std::string* payload);
 
 // Appends a handler's messages (for tests and example handlers in C++).
-void AppendReady(std::string* out, std::uint32_t version = kVersion);
+// `depth` 0 leaves it out (a version-1 ready of two elements).
+void AppendReady(std::string* out, std::uint32_t version = kVersion, std::uint32_t depth = 0);
 void AppendOk(std::string* out, std::string_view id, std::string_view result);
 void AppendError(std::string* out, std::string_view id, std::string_view message);
 

@@ -142,23 +142,33 @@ struct ProcessHandler::Child {
     kDown,      // no process; started again at restart_at (unless closing)
     kStarting,  // started, its `ready` not read yet
     kIdle,      // ready, holds no batch
-    kBusy,      // a slot thread is exchanging a batch with it
+    kBusy,      // holds batches; whoever made it busy drives the exchange
     kFailed,    // killed (or found dead); the supervisor reaps it
+  };
+  // A batch sent to it and not answered yet.
+  struct Sent {
+    Task task;                    // its payload kept only while it waits behind another
+    std::uint64_t frame_end = 0;  // queued_bytes once its frame was queued
   };
   int slot = 0;
   State state = State::kDown;
   pid_t pid = -1;
   int pidfd = -1;
   int in = -1, out = -1, err = -1;  // our ends of its stdin, stdout, stderr
+  std::uint32_t depth = 1;          // batches it takes at once (its ready's)
   bool exit_seen = false;           // its pidfd fired while it was busy
   std::string out_buf;              // stdout bytes not yet a whole frame
-  // The batch being exchanged (kBusy), owned by whoever made it busy.
-  std::string frame;                // the batch frame
-  std::size_t written = 0;          // bytes of it written
-  std::string batch_id;
-  std::uint32_t attempt = 0;
-  Clock::time_point started{};
-  std::optional<Clock::time_point> deadline;
+  // The batches it holds (kBusy), owned by whoever made it busy: oldest
+  // first. It answers in order, so the oldest is the one running; the
+  // others wait in its stdin.
+  std::deque<Sent> inflight;
+  std::string wbuf;                 // frames not yet all written to its stdin
+  std::size_t wpos = 0;             // bytes of wbuf written
+  std::uint64_t queued_bytes = 0;   // frame bytes put in wbuf since it started
+  std::uint64_t written_bytes = 0;  // and written
+  bool answered = false;            // it has answered a batch since it started
+  Clock::time_point started{};      // the oldest batch began to run
+  std::optional<Clock::time_point> deadline;  // and times out
   std::string err_line;             // stderr bytes not yet a whole line
   std::deque<std::string> err_tail;  // its last stderr lines
   Clock::time_point restart_at{};
@@ -436,8 +446,14 @@ void ProcessHandler::ReadStartup(Child& c) {
     return;
   }
   c.out_buf.erase(0, frames::kHeaderBytes + body);  // anything after it: found at the next batch
+  c.depth = m.depth;
   c.state = Child::State::kIdle;
-  spdlog::info("{} slot {} ready (pid {})", kind_, c.slot, c.pid);
+  if (c.depth > 1) {
+    spdlog::info("{} slot {} ready (pid {}, takes {} batches at once)", kind_, c.slot, c.pid,
+                 c.depth);
+  } else {
+    spdlog::info("{} slot {} ready (pid {})", kind_, c.slot, c.pid);
+  }
   NotifyReady();
   idle_cv_.notify_one();
 }
@@ -589,6 +605,9 @@ void ProcessHandler::Spawn(Child& c) {
   c.out = out_r;
   c.err = err_r;
   c.out_buf.clear();
+  c.depth = 1;
+  c.queued_bytes = c.written_bytes = 0;
+  c.answered = false;
   ++starts_;
   spdlog::debug("{} slot {}: started pid {}", kind_, c.slot, pid);
   c.started_at = Clock::now();
@@ -637,15 +656,16 @@ HandlerOutput ProcessHandler::RunBatch(const BatchInfo& batch, std::string paylo
     }
     if (c == nullptr) return HandlerOutput::Retry("the worker is stopping its handlers");
   }
-  Begin(*c, batch, payload, timeout);
-  HandlerOutput out;
+  Send(*c, Task{std::string(batch.id), std::string(batch.queue), batch.attempt, std::move(payload)},
+       timeout);
+  std::vector<Answer> answers;
   std::string failure;
   Step step;
-  while ((step = Advance(*c, &out, &failure)) == Step::kPending) {
+  while ((step = Advance(*c, timeout, &answers, &failure)) == Step::kPending) {
     pollfd fds[2];
     nfds_t n = 0;
     fds[n++] = {c->out, POLLIN, 0};
-    if (c->written < c->frame.size()) fds[n++] = {c->in, POLLOUT, 0};
+    if (c->wpos < c->wbuf.size()) fds[n++] = {c->in, POLLOUT, 0};
     int wait_ms = -1;
     if (c->deadline) {
       if (Clock::now() >= *c->deadline) {
@@ -660,47 +680,65 @@ HandlerOutput ProcessHandler::RunBatch(const BatchInfo& batch, std::string paylo
       break;
     }
   }
-  return Finish(*c, step, std::move(out), std::move(failure), timeout,
-                std::chrono::milliseconds(1000));
+  if (step == Step::kAnswered) {
+    Release(*c);
+    return std::move(answers.front().out);
+  }
+  return Fail(*c, step, std::move(failure), timeout, std::chrono::milliseconds(1000), nullptr).out;
 }
 
-void ProcessHandler::Begin(Child& c, const BatchInfo& batch, std::string_view payload,
-                           Timeout timeout) {
-  c.started = Clock::now();
+void ProcessHandler::SetDeadline(Child& c, Timeout timeout) {
   c.deadline.reset();
   if (timeout.count() > 0) {
     c.deadline = c.started + std::chrono::duration_cast<Clock::duration>(timeout);
   }
-  c.batch_id.assign(batch.id);
-  c.attempt = batch.attempt;
-  c.frame.clear();
-  frames::AppendBatch(&c.frame, batch.id, payload, batch.attempt, batch.queue);
-  c.written = 0;
 }
 
-ProcessHandler::Step ProcessHandler::Advance(Child& c, HandlerOutput* out,
-                                             std::string* failure) {
-  // The frame first: a pipe usually takes it whole.
-  const bool writing = c.written < c.frame.size();
-  while (c.written < c.frame.size()) {
-    const ssize_t w = ::write(c.in, c.frame.data() + c.written, c.frame.size() - c.written);
+void ProcessHandler::Send(Child& c, Task task, Timeout timeout) {
+  if (c.inflight.empty()) {
+    c.started = Clock::now();
+    SetDeadline(c, timeout);
+  }
+  const std::size_t before = c.wbuf.size();
+  frames::AppendBatch(&c.wbuf, task.id, task.payload, task.attempt, task.queue);
+  c.queued_bytes += c.wbuf.size() - before;
+  // The one running is never sent again; one waiting behind it is, to
+  // another process, if this one fails first.
+  if (c.inflight.empty()) std::string().swap(task.payload);
+  c.inflight.push_back(Child::Sent{std::move(task), c.queued_bytes});
+}
+
+bool ProcessHandler::Flush(Child& c, std::string* failure) {
+  while (c.wpos < c.wbuf.size()) {
+    const ssize_t w = ::write(c.in, c.wbuf.data() + c.wpos, c.wbuf.size() - c.wpos);
     if (w > 0) {
-      c.written += static_cast<std::size_t>(w);
+      c.wpos += static_cast<std::size_t>(w);
+      c.written_bytes += static_cast<std::uint64_t>(w);
     } else if (w < 0 && errno == EINTR) {
       continue;
     } else if (w < 0 && errno == EAGAIN) {
-      break;  // full; what it says meanwhile is still read below
+      return true;  // full; what it says meanwhile is still read
     } else {
       *failure = "handler exited";  // EPIPE: its stdin is closed
-      return Step::kBroken;
+      return false;
     }
   }
-  if (writing && c.written == c.frame.size() && c.frame.capacity() > (1u << 20)) {
-    std::string().swap(c.frame);  // a large payload is not kept per slot
-    c.written = 0;
+  if (c.wbuf.capacity() > (1u << 20)) {
+    std::string().swap(c.wbuf);  // a large payload is not kept per slot
+  } else {
+    c.wbuf.clear();
   }
-  // Whatever it wrote, also while the frame is still going in, so a
-  // handler that writes before it reads cannot deadlock us.
+  c.wpos = 0;
+  return true;
+}
+
+ProcessHandler::Step ProcessHandler::Advance(Child& c, Timeout timeout,
+                                             std::vector<Answer>* answers,
+                                             std::string* failure) {
+  if (!Flush(c, failure)) return Step::kBroken;
+  // Whatever it wrote, also while frames are still going in, so a handler
+  // that writes before it reads cannot deadlock us.
+  std::string ended;  // why its stdout ended, if it did
   char buf[kReadChunk];
   while (true) {
     const ssize_t r = ::read(c.out, buf, sizeof(buf));
@@ -711,75 +749,115 @@ ProcessHandler::Step ProcessHandler::Advance(Child& c, HandlerOutput* out,
     }
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 && errno == EAGAIN) break;
-    if (r == 0) {
-      *failure = "handler exited";
-    } else {
-      *failure = std::string("handler stdout: ") + std::strerror(errno);
-    }
-    return Step::kBroken;
+    ended = r == 0 ? "handler exited" : std::string("handler stdout: ") + std::strerror(errno);
+    break;
   }
-  std::size_t body = 0;
-  switch (frames::ScanFrame(c.out_buf, options_.max_frame_bytes, &body)) {
-    case frames::Scan::kNeedMore:
-      return Step::kPending;
-    case frames::Scan::kTooLarge:
+  // Its answers, in the order of the batches: each one ends the oldest.
+  std::size_t at = 0;
+  const auto now = Clock::now();
+  bool broken = false;
+  while (!c.inflight.empty()) {
+    std::size_t body = 0;
+    const frames::Scan scan = frames::ScanFrame(
+        std::string_view(c.out_buf).substr(at), options_.max_frame_bytes, &body);
+    if (scan == frames::Scan::kNeedMore) break;
+    broken = true;
+    if (scan == frames::Scan::kTooLarge) {
       *failure = "protocol error: frame of " + std::to_string(body) + " bytes exceeds " +
                  std::to_string(options_.max_frame_bytes);
-      return Step::kBroken;
-    case frames::Scan::kFrame:
       break;
+    }
+    Child::Sent& head = c.inflight.front();
+    if (c.written_bytes < head.frame_end) {
+      *failure = "protocol error: an answer before the whole batch was read";
+      break;
+    }
+    frames::HandlerMessage m;
+    std::string why;
+    const std::string_view frame(c.out_buf.data() + at + frames::kHeaderBytes, body);
+    if (!frames::DecodeHandlerMessage(frame, &m, &why)) {
+      *failure = "protocol error: " + why;
+      break;
+    }
+    if (m.kind == frames::HandlerMessage::Kind::kReady) {
+      *failure = "protocol error: ready while running a batch";
+      break;
+    }
+    if (m.id != head.task.id) {
+      *failure = "protocol error: an answer for batch \"" + std::string(m.id.substr(0, 64)) +
+                 "\" while running \"" + head.task.id + "\"";
+      break;
+    }
+    broken = false;
+    answers->push_back(Answer{std::move(head.task.id), head.task.attempt,
+                              m.kind == frames::HandlerMessage::Kind::kOk
+                                  ? HandlerOutput::Ok(std::string(m.data))
+                                  : HandlerOutput::Failed(std::string(m.data)),
+                              now - c.started});
+    c.inflight.pop_front();
+    at += frames::kHeaderBytes + body;
+    if (!c.inflight.empty()) {
+      c.started = now;
+      SetDeadline(c, timeout);
+      std::string().swap(c.inflight.front().task.payload);  // now running
+    }
+    if (!c.answered) {
+      c.answered = true;
+      std::lock_guard<std::mutex> lock(mu_);
+      c.backoff = options_.backoff_initial;  // it works: a next failure restarts it soon
+    }
   }
-  if (c.written < c.frame.size()) {
-    *failure = "protocol error: an answer before the whole batch was read";
+  // Bytes after its last answer stay: AcquireIdleLocked refuses them.
+  c.out_buf.erase(0, at);
+  if (broken) return Step::kBroken;
+  if (c.inflight.empty()) return Step::kAnswered;
+  if (!ended.empty()) {
+    *failure = std::move(ended);
     return Step::kBroken;
   }
-  frames::HandlerMessage m;
-  std::string why;
-  const std::string_view frame(c.out_buf.data() + frames::kHeaderBytes, body);
-  if (!frames::DecodeHandlerMessage(frame, &m, &why)) {
-    *failure = "protocol error: " + why;
-    return Step::kBroken;
-  }
-  if (m.kind == frames::HandlerMessage::Kind::kReady) {
-    *failure = "protocol error: ready while running a batch";
-    return Step::kBroken;
-  }
-  if (m.id != c.batch_id) {
-    *failure = "protocol error: an answer for batch \"" + std::string(m.id.substr(0, 64)) +
-               "\" while running \"" + c.batch_id + "\"";
-    return Step::kBroken;
-  }
-  *out = m.kind == frames::HandlerMessage::Kind::kOk ? HandlerOutput::Ok(std::string(m.data))
-                                                      : HandlerOutput::Failed(std::string(m.data));
-  c.out_buf.erase(0, frames::kHeaderBytes + body);
-  return Step::kAnswered;
+  return Step::kPending;
 }
 
-HandlerOutput ProcessHandler::Finish(Child& c, Step step, HandlerOutput out,
-                                     std::string failure, Timeout timeout,
-                                     std::chrono::milliseconds exit_wait) {
-  if (step == Step::kAnswered) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (c.state == Child::State::kBusy) {
-      c.state = Child::State::kIdle;
-      if (c.exit_seen) Wake();  // it answered, then exited: reap it
-      c.exit_seen = false;
-      c.backoff = options_.backoff_initial;
-      idle_cv_.notify_one();
+void ProcessHandler::Release(Child& c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (c.state != Child::State::kBusy) return;
+  c.state = Child::State::kIdle;
+  if (c.exit_seen) Wake();  // it answered, then exited: reap it
+  c.exit_seen = false;
+  idle_cv_.notify_one();
+}
+
+ProcessHandler::Answer ProcessHandler::Fail(Child& c, Step step, std::string failure,
+                                            Timeout timeout,
+                                            std::chrono::milliseconds exit_wait,
+                                            std::deque<Task>* rest) {
+  Answer a{};
+  if (!c.inflight.empty()) {
+    Child::Sent& head = c.inflight.front();
+    a.id = std::move(head.task.id);
+    a.attempt = head.task.attempt;
+    a.took = Clock::now() - c.started;
+    // The batches behind it never ran: another process takes them, at no
+    // cost of an attempt.
+    for (std::size_t i = c.inflight.size(); i-- > 1;) {
+      if (rest != nullptr) rest->push_front(std::move(c.inflight[i].task));
     }
-    return out;
   }
-  // The process is killed and restarted; the batch fails.
+  c.inflight.clear();
+  c.wbuf.clear();
+  c.wpos = 0;
   if (failure == "handler exited") {
     failure = "handler exited (" + DescribeExit(c, exit_wait) + ")";
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (step == Step::kTimedOut) {
-    KillLocked(c, "ran batch " + c.batch_id + " past --batch-timeout; killed");
-    return HandlerOutput::Failed(TimeoutError(timeout));
+    KillLocked(c, "ran batch " + a.id + " past --batch-timeout; killed");
+    a.out = HandlerOutput::Failed(TimeoutError(timeout));
+  } else {
+    KillLocked(c, failure + " while running batch " + a.id);
+    a.out = HandlerOutput::Retry(std::move(failure));
   }
-  KillLocked(c, failure + " while running batch " + c.batch_id);
-  return HandlerOutput::Retry(failure);
+  return a;
 }
 
 // ---- batches on the worker's loop ----
@@ -791,43 +869,81 @@ void ProcessHandler::Submit(std::vector<Task>& tasks, const Limits& limits,
   StartQueued(limits, done);
 }
 
+void ProcessHandler::Settle(Child& c, Step step, std::string failure, const Limits& limits,
+                            std::vector<Completion>* done) {
+  for (Answer& a : answers_) {
+    done->push_back(Completion::FromOutput(a.id, a.attempt, std::move(a.out), a.took,
+                                           limits.timeout, limits.max_result_bytes,
+                                           limits.max_error_bytes));
+  }
+  answers_.clear();
+  if (step == Step::kPending) return;
+  if (step == Step::kAnswered) {
+    Release(c);
+    return;
+  }
+  Answer a = Fail(c, step, std::move(failure), limits.timeout, kLoopExitWait, &queue_);
+  done->push_back(Completion::FromOutput(a.id, a.attempt, std::move(a.out), a.took,
+                                         limits.timeout, limits.max_result_bytes,
+                                         limits.max_error_bytes));
+}
+
 void ProcessHandler::StartQueued(const Limits& limits, std::vector<Completion>* done) {
   const auto now = Clock::now();
-  while (!queue_.empty()) {
-    Child* c = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (aborted_ || closing_) break;
-      c = AcquireIdleLocked();
-      if (c == nullptr) {
-        // Every process busy is the normal wait; none ready at all is the
-        // one that gives up after ready_wait.
-        if (CountReadyLocked() > 0) {
-          none_ready_since_.reset();
-        } else if (!none_ready_since_) {
-          none_ready_since_ = now;
+  bool again = true;
+  while (again && !queue_.empty()) {
+    again = false;
+    // Each batch to an idle process first; when none is idle, behind the
+    // batches of the busy process with the most room (its ready's depth).
+    touched_.clear();
+    bool idle_left = true;
+    while (!queue_.empty()) {
+      Child* c = nullptr;
+      if (idle_left) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (aborted_ || closing_) return;
+        c = AcquireIdleLocked();
+        if (c == nullptr) {
+          idle_left = false;
+          // Every process busy is the normal wait; none ready at all is the
+          // one that gives up after ready_wait.
+          if (CountReadyLocked() > 0) {
+            none_ready_since_.reset();
+          } else if (!none_ready_since_) {
+            none_ready_since_ = now;
+          }
+        } else {
+          running_.push_back(c);
         }
-        break;
+      }
+      if (c == nullptr) {
+        for (Child* r : running_) {
+          if (r->inflight.size() < r->depth &&
+              (c == nullptr || r->inflight.size() < c->inflight.size())) {
+            c = r;
+          }
+        }
+        if (c == nullptr) break;
+      }
+      none_ready_since_.reset();
+      Send(*c, std::move(queue_.front()), limits.timeout);
+      queue_.pop_front();
+      if (std::find(touched_.begin(), touched_.end(), c) == touched_.end()) {
+        touched_.push_back(c);
       }
     }
-    none_ready_since_.reset();
-    Task& t = queue_.front();
-    Begin(*c, BatchInfo{t.id, t.queue, t.attempt}, t.payload, limits.timeout);
-    queue_.pop_front();
-    HandlerOutput out;
-    std::string failure;
-    const Step step = Advance(*c, &out, &failure);
-    if (step == Step::kPending) {
-      running_.push_back(c);
-      continue;
+    // Their frames go out in one write each; a quick handler on another
+    // core may have answered already.
+    for (Child* c : touched_) {
+      std::string failure;
+      const Step step = Advance(*c, limits.timeout, &answers_, &failure);
+      // Room made, or batches given back: another round.
+      again = again || step != Step::kPending || !answers_.empty();
+      Settle(*c, step, std::move(failure), limits, done);
     }
-    const std::string id = c->batch_id;
-    const std::uint32_t attempt = c->attempt;
-    const Timeout took = Clock::now() - c->started;
-    out = Finish(*c, step, std::move(out), std::move(failure), limits.timeout,
-                 kLoopExitWait);
-    done->push_back(Completion::FromOutput(id, attempt, std::move(out), took, limits.timeout,
-                                           limits.max_result_bytes, limits.max_error_bytes));
+    running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                  [](const Child* c) { return c->inflight.empty(); }),
+                   running_.end());
   }
   if (!queue_.empty() && none_ready_since_ && now - *none_ready_since_ >= options_.ready_wait) {
     const std::string why = NoneReadyError(options_.ready_wait);
@@ -845,7 +961,7 @@ void ProcessHandler::StartQueued(const Limits& limits, std::vector<Completion>* 
 void ProcessHandler::PollItems(std::vector<zmq::pollitem_t>* items) const {
   for (const Child* c : running_) {
     items->push_back({nullptr, c->out, ZMQ_POLLIN, 0});
-    if (c->written < c->frame.size()) items->push_back({nullptr, c->in, ZMQ_POLLOUT, 0});
+    if (c->wpos < c->wbuf.size()) items->push_back({nullptr, c->in, ZMQ_POLLOUT, 0});
   }
 }
 
@@ -854,30 +970,20 @@ void ProcessHandler::Service(const zmq::pollitem_t* items, std::size_t count,
   // The items follow running_'s order, one or two per process.
   std::size_t at = 0;
   const auto now = Clock::now();
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < running_.size(); ++i) {
-    Child& c = *running_[i];
-    const bool writing = c.written < c.frame.size();
+  for (Child* c : running_) {
+    const bool writing = c->wpos < c->wbuf.size();
     bool ready = false;
     for (std::size_t k = 0; k < (writing ? 2u : 1u) && at < count; ++k, ++at) {
       ready = ready || items[at].revents != 0;
     }
-    HandlerOutput out;
     std::string failure;
-    Step step = ready ? Advance(c, &out, &failure) : Step::kPending;
-    if (step == Step::kPending && c.deadline && now >= *c.deadline) step = Step::kTimedOut;
-    if (step == Step::kPending) {
-      running_[kept++] = &c;
-      continue;
-    }
-    const std::string id = c.batch_id;
-    const Timeout took = now - c.started;
-    out = Finish(c, step, std::move(out), std::move(failure), limits.timeout,
-                 kLoopExitWait);
-    done->push_back(Completion::FromOutput(id, c.attempt, std::move(out), took, limits.timeout,
-                                           limits.max_result_bytes, limits.max_error_bytes));
+    Step step = ready ? Advance(*c, limits.timeout, &answers_, &failure) : Step::kPending;
+    if (step == Step::kPending && c->deadline && now >= *c->deadline) step = Step::kTimedOut;
+    Settle(*c, step, std::move(failure), limits, done);
   }
-  running_.resize(kept);
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const Child* c) { return c->inflight.empty(); }),
+                 running_.end());
   StartQueued(limits, done);
 }
 

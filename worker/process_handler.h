@@ -12,8 +12,10 @@
 // (Service), so a batch costs no thread hop beyond the handler's own
 // process. Or slot threads call RunBatch, which blocks (the tests' way,
 // and any caller without a loop). Either way the caller takes a ready,
-// idle process for the batch and owns its stdin and stdout until the
-// answer is in. State is guarded by one mutex; the loop hears of
+// idle process for the batch and owns its stdin and stdout until every
+// batch it sent is answered. On the loop, a process whose `ready` names a
+// depth above 1 also gets batches while busy, queued behind its others
+// (only when no process is idle), and answers them in order. State is guarded by one mutex; the loop hears of
 // readiness changes through an eventfd.
 //
 // Destruction closes every handler's stdin, waits the grace period for
@@ -101,7 +103,7 @@ class ProcessHandler : public Handler {
                std::vector<Completion>* done);
   // The earliest batch timeout of the running ones, for the poll's wait.
   std::optional<std::chrono::steady_clock::time_point> NextDeadline() const;
-  // Batches queued and running.
+  // Batches waiting for a process, and processes holding batches.
   std::size_t queued() const { return queue_.size(); }
   std::size_t running() const { return running_.size(); }
 
@@ -125,17 +127,36 @@ class ProcessHandler : public Handler {
   int CountReadyLocked() const;
   // With the lock held: an idle ready process, marked busy, or null.
   Child* AcquireIdleLocked();
-  // An exchange with `c` (marked busy by the caller): Begin writes the
-  // batch frame; Advance does what the pipes allow without blocking;
-  // Finish takes the answer or, on failure, kills `c` for a restart.
+  // A batch's answer, or its failure.
+  struct Answer {
+    std::string id;
+    std::uint32_t attempt = 0;
+    HandlerOutput out;
+    Timeout took{0};
+  };
+  // The exchanges with `c` (marked busy by the caller). Send queues a
+  // batch frame behind those it holds; Flush writes what its stdin takes;
+  // Advance flushes, reads, and appends an Answer per answered batch:
+  // kAnswered once it holds none, kPending while it holds some, kBroken
+  // when it broke the protocol or its stdout ended. Release makes it idle
+  // again (kAnswered); Fail kills it for a restart (kBroken, kTimedOut) and
+  // returns the failure of its running batch, moving the batches waiting
+  // behind that one to the front of `rest`.
   enum class Step { kPending, kAnswered, kBroken, kTimedOut };
-  void Begin(Child& c, const BatchInfo& batch, std::string_view payload, Timeout timeout);
-  Step Advance(Child& c, HandlerOutput* out, std::string* failure);
-  HandlerOutput Finish(Child& c, Step step, HandlerOutput out, std::string failure,
-                       Timeout timeout, std::chrono::milliseconds exit_wait);
+  void SetDeadline(Child& c, Timeout timeout);
+  void Send(Child& c, Task task, Timeout timeout);
+  bool Flush(Child& c, std::string* failure);
+  Step Advance(Child& c, Timeout timeout, std::vector<Answer>* answers, std::string* failure);
+  void Release(Child& c);
+  Answer Fail(Child& c, Step step, std::string failure, Timeout timeout,
+              std::chrono::milliseconds exit_wait, std::deque<Task>* rest);
   // Why `c`'s stdout ended: its exit status if it exits within `wait`.
   std::string DescribeExit(Child& c, std::chrono::milliseconds wait);
-  // Starts queued batches on idle processes (loop).
+  // On the loop: answers_ become completions in `done`, then Release or Fail.
+  void Settle(Child& c, Step step, std::string failure, const Limits& limits,
+              std::vector<Completion>* done);
+  // Starts queued batches on idle processes, or behind the batches of busy
+  // ones that take more than one at once (loop).
   void StartQueued(const Limits& limits, std::vector<Completion>* done);
 
   const Options options_;
@@ -154,7 +175,9 @@ class ProcessHandler : public Handler {
   // The loop's: batches waiting for a process, and the processes running
   // one; since when none has been ready while batches wait.
   std::deque<Task> queue_;
-  std::vector<Child*> running_;
+  std::vector<Child*> running_;       // holding batches
+  std::vector<Child*> touched_;       // scratch: sent to in this round
+  std::vector<Answer> answers_;       // scratch: answers of one Advance
   std::optional<Clock::time_point> none_ready_since_;
 };
 

@@ -141,6 +141,17 @@ TEST_F(ProcessHandlerTest, ThePythonExampleRunsTenThousandBatchesAndLosesNone) {
   EXPECT_TRUE(failed) << f.run.output;
   w.Signal(SIGTERM);
   EXPECT_EQ(w.Wait(seconds(20)), std::optional<int>(0)) << c_.WorkerLog("py");
+  // Its --depth: several batches at once from the prefetched ones.
+  Process& deep = c_.StartWorker(
+      "py-depth", {"--handler", "process", "--concurrency", "2", "--prefetch", "16", "--exec",
+                   "/usr/bin/python3 " + std::string(FLEET_SOURCE_DIR) +
+                       "/docs/examples/handlers/upper.py --depth 8"});
+  auto d = c_.Submit({"--count", "3000", "--size", "24", "--inflight", "500",
+                      "--timeout-seconds", "120"});
+  ASSERT_EQ(d.summary["ok"], "3000") << d.run.output << c_.WorkerLog("py-depth");
+  EXPECT_TRUE(Contains(c_.WorkerLog("py-depth"), "takes 8 batches at once"));
+  deep.Signal(SIGTERM);
+  EXPECT_EQ(deep.Wait(seconds(20)), std::optional<int>(0)) << c_.WorkerLog("py-depth");
   EXPECT_TRUE(WaitFor([&] {
     return PidsMatching("[d]ocs/examples/handlers/upper.py").empty();
   }, seconds(10)));
@@ -168,6 +179,37 @@ TEST_F(ProcessHandlerTest, AHandlerKilledMidBatchCostsOneAttemptAndIsRestarted) 
     states = ChildStates(w.pid());
     return states.size() == 1 && states.find('Z') == std::string::npos;
   })) << "children of the worker in states \"" << states << "\"";
+}
+
+// A handler whose ready names a depth takes several batches at once from
+// the worker's prefetched ones: none lost, every one a first try; killed
+// with -9 in the middle of one, only that one costs an attempt.
+TEST_F(ProcessHandlerTest, AHandlerWithADepthRunsTenThousandBatchesAndAKillCostsOneAttempt) {
+  Process& w = StartWorker("d1", 2, "--depth 8", {"--prefetch", "32"});
+  auto s = c_.Submit({"--count", "10000", "--size", "24", "--inflight", "500",
+                      "--timeout-seconds", "120"});
+  ASSERT_EQ(s.summary["ok"], "10000") << s.run.output << c_.WorkerLog("d1");
+  EXPECT_EQ(s.summary["lost"], "0");
+  ASSERT_EQ(s.results.size(), 10000u);
+  for (const auto& r : s.results) {
+    ASSERT_EQ(r.value("result", "").substr(0, 8), r.value("id", "").substr(0, 8)) << r.dump();
+    ASSERT_EQ(r.value("attempts", 0), 1) << r.dump();
+  }
+  EXPECT_TRUE(Contains(c_.WorkerLog("d1"), "takes 8 batches at once")) << c_.WorkerLog("d1");
+  const std::string flag = c_.dir().File("killed-once");
+  std::vector<std::string> lines = {"once:" + flag + ":kill"};
+  for (int i = 0; i < 20; ++i) lines.push_back("after-" + std::to_string(i));
+  auto k = SubmitLines(lines);
+  ASSERT_EQ(k.summary["ok"], "21") << k.run.output << c_.WorkerLog("d1");
+  for (const auto& r : k.results) {
+    const bool killed = r.value("result", "") == "again";
+    EXPECT_EQ(r.value("attempts", 0), killed ? 2 : 1) << r.dump();
+  }
+  EXPECT_NE(Find(k, "again"), nullptr) << k.run.output;
+  EXPECT_TRUE(w.Running());
+  w.Signal(SIGTERM);
+  EXPECT_EQ(w.Wait(seconds(20)), std::optional<int>(0)) << c_.WorkerLog("d1");
+  EXPECT_TRUE(WaitFor([&] { return Handlers() == 0; }, seconds(10)));
 }
 
 // A handler that writes garbage or answers for another batch: a retry, a

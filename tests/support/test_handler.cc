@@ -16,12 +16,15 @@
 //
 // Flags: --ready-when FILE (say ready once FILE exists, polling every 10 ms;
 // a FILE ending in "-" gets the slot number appended: one file per slot),
-// --exit-before-ready CODE, --ignore-eof (keep running after stdin closes:
+// --exit-before-ready CODE, --depth N (say in ready that it takes N
+// batches at once; it still runs them one by one, in order, and writes the
+// answers of echoes together while more batches are waiting), --ignore-eof (keep running after stdin closes:
 // the worker must kill it), --marker TEXT (ignored; names it for pgrep).
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -56,6 +59,15 @@ class Input {
     at_ += n;
     return p;
   }
+  // Whether a whole frame is buffered: taking it will not block.
+  bool HasFrame() const {
+    const std::size_t left = buf_.size() - at_;
+    if (left < 4) return false;
+    const auto* h = reinterpret_cast<const unsigned char*>(buf_.data() + at_);
+    const std::size_t n = (std::size_t{h[0]} << 24) | (std::size_t{h[1]} << 16) |
+                          (std::size_t{h[2]} << 8) | std::size_t{h[3]};
+    return left - 4 >= n;
+  }
 
  private:
   std::string buf_;
@@ -83,12 +95,15 @@ int main(int argc, char** argv) {
   std::string ready_when;
   bool ignore_eof = false;
   int exit_before_ready = -1;
+  int depth = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--ready-when" && i + 1 < argc) {
       ready_when = argv[++i];
     } else if (a == "--exit-before-ready" && i + 1 < argc) {
       exit_before_ready = std::atoi(argv[++i]);
+    } else if (a == "--depth" && i + 1 < argc) {
+      depth = std::atoi(argv[++i]);
     } else if (a == "--ignore-eof") {
       ignore_eof = true;
     } else if (a == "--marker" && i + 1 < argc) {
@@ -110,12 +125,17 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   std::string out;
-  frames::AppendReady(&out);
+  frames::AppendReady(&out, frames::kVersion, static_cast<std::uint32_t>(std::max(depth, 0)));
   WriteAll(out);
 
   Input in;
   std::string body;
+  std::string answers;  // not written yet: with a depth, while more input is buffered
   while (true) {
+    if (!answers.empty() && !in.HasFrame()) {
+      WriteAll(answers);  // before a read that may block
+      answers.clear();
+    }
     const char* header = in.Take(4);
     if (header == nullptr) break;
     const auto* h = reinterpret_cast<const unsigned char*>(header);
@@ -146,6 +166,7 @@ int main(int argc, char** argv) {
       }
     }
     out.clear();
+    bool quick = false;  // an echo: its answer may wait for the next one's
     if (verb == "sleep") {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(arg.c_str())));
       frames::AppendOk(&out, id, "");
@@ -174,8 +195,13 @@ int main(int argc, char** argv) {
       frames::AppendOk(&out, id, "again");
     } else {
       frames::AppendOk(&out, id, payload);
+      quick = true;
     }
-    WriteAll(out);
+    answers += out;
+    if (depth <= 1 || !quick) {
+      WriteAll(answers);
+      answers.clear();
+    }
   }
   if (ignore_eof) {
     while (true) ::pause();

@@ -67,6 +67,36 @@ TEST(HandlerFramesTest, RoundTripsEveryMessageAndTheSpecsExampleBytes) {
   EXPECT_EQ(m.data, "ValueError: boom");
 }
 
+TEST(HandlerFramesTest, ReadyMayNameADepthOfAtLeastOneAndLargeOnesAreCapped) {
+  std::string f;
+  frames::AppendReady(&f, frames::kVersion, 16);
+  EXPECT_EQ(f, std::string("\x00\x00\x00\x09\x93\xa5ready\x01\x10", 13));
+  frames::HandlerMessage m;
+  std::string why;
+  std::string body = Body(f);
+  ASSERT_TRUE(frames::DecodeHandlerMessage(body, &m, &why)) << why;
+  EXPECT_EQ(m.version, 1u);
+  EXPECT_EQ(m.depth, 16u);
+  // Without one, a handler takes one batch at a time.
+  f.clear();
+  frames::AppendReady(&f);
+  body = Body(f);
+  ASSERT_TRUE(frames::DecodeHandlerMessage(body, &m, &why)) << why;
+  EXPECT_EQ(m.depth, 1u);
+  f.clear();
+  frames::AppendReady(&f, frames::kVersion, 100000);
+  body = Body(f);
+  ASSERT_TRUE(frames::DecodeHandlerMessage(body, &m, &why)) << why;
+  EXPECT_EQ(m.depth, frames::kMaxDepth);
+  // Depth 0, a depth that is not an integer, a fourth element: refused.
+  for (const std::string& bad : {std::string("\x93\xa5ready\x01\x00", 9),
+                                 std::string("\x93\xa5ready\x01\xa1x", 10),
+                                 std::string("\x94\xa5ready\x01\x02\x03", 10)}) {
+    EXPECT_FALSE(frames::DecodeHandlerMessage(bad, &m, &why)) << ::testing::PrintToString(bad);
+    EXPECT_FALSE(why.empty());
+  }
+}
+
 TEST(HandlerFramesTest, ScanWaitsForWholeFramesAndRefusesOversizedOnes) {
   std::string f;
   frames::AppendOk(&f, "b", std::string(100, 'x'));
@@ -358,6 +388,84 @@ TEST(ProcessHandlerLoopTest, ATimeoutFailsTheBatchAndErrorsAndGarbageAreReported
   EXPECT_EQ(cut.at("long").error().substr(0, 5), "eeeee");
   EXPECT_EQ(std::string(got.at("junk").error()).rfind("protocol error", 0), 0u)
       << got.at("junk").error();
+}
+
+// A handler whose ready names a depth gets that many batches at once, in
+// one write, and answers them in order.
+TEST(ProcessHandlerLoopTest, AHandlerWithADepthHoldsThatManyBatchesAndAnswersThemAll) {
+  for (const int depth : {1, 8}) {
+    SCOPED_TRACE("depth " + std::to_string(depth));
+    auto h = Make(1, "--depth " + std::to_string(depth));
+    ASSERT_TRUE(AllReady(*h, 1));
+    std::vector<Task> tasks{MakeTask("first", "sleep:300")};
+    for (int i = 0; i < 39; ++i) tasks.push_back(MakeTask("b-" + std::to_string(i), "x" + std::to_string(i)));
+    std::vector<Completion> done;
+    h->Submit(tasks, ProcessHandler::Limits{}, &done);
+    // The first sleeps, so nothing is answered yet: `depth` batches are
+    // with the process, the rest wait in the worker.
+    EXPECT_EQ(done.size(), 0u);
+    EXPECT_EQ(h->running(), 1u);
+    EXPECT_EQ(h->queued(), 40u - static_cast<std::size_t>(depth));
+    auto got = DriveLoop(*h, {}, 40);
+    ASSERT_EQ(got.size(), 40u);
+    for (const auto& [id, c] : got) {
+      EXPECT_TRUE(c.ok()) << id << ": " << c.error();
+      EXPECT_EQ(c.attempt(), 1u);
+    }
+    EXPECT_EQ(got.at("b-38").result(), "x38");
+    EXPECT_EQ(h->queued(), 0u);
+    EXPECT_EQ(h->running(), 0u);
+  }
+}
+
+// The batches behind the running one never ran: when the handler dies,
+// times out or breaks the protocol, only the running batch pays; the
+// others run on the restarted process, as first tries.
+TEST(ProcessHandlerLoopTest, WithADepthOnlyTheRunningBatchPaysForAFailure) {
+  TempDir dir;
+  auto h = Make(1, "--depth 8");
+  ASSERT_TRUE(AllReady(*h, 1));
+  ProcessHandler::Limits limits;
+  limits.timeout = Timeout(0.5);
+  std::vector<Task> tasks{MakeTask("k", "once:" + dir.File("k") + ":kill")};
+  for (int i = 0; i < 7; ++i) tasks.push_back(MakeTask("a-" + std::to_string(i), "a" + std::to_string(i)));
+  auto got = DriveLoop(*h, std::move(tasks), 8, limits);
+  ASSERT_EQ(got.size(), 8u);
+  EXPECT_TRUE(got.at("k").retry()) << got.at("k").error();
+  for (int i = 0; i < 7; ++i) {
+    const Completion& c = got.at("a-" + std::to_string(i));
+    EXPECT_TRUE(c.ok()) << c.error();
+    EXPECT_EQ(c.result(), "a" + std::to_string(i));
+  }
+  EXPECT_EQ(h->starts(), 2);
+
+  // A timeout: the running batch fails for good, the ones behind it run.
+  ASSERT_TRUE(AllReady(*h, 1));
+  tasks = {MakeTask("slow", "sleep:30000"), MakeTask("t-0", "t0"), MakeTask("t-1", "t1")};
+  got = DriveLoop(*h, std::move(tasks), 3, limits);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_FALSE(got.at("slow").retry());
+  EXPECT_EQ(got.at("slow").error(), "timed out after 0.5s");
+  EXPECT_TRUE(got.at("t-0").ok()) << got.at("t-0").error();
+  EXPECT_TRUE(got.at("t-1").ok()) << got.at("t-1").error();
+
+  // Each batch's timeout counts from the answer before it, not from when it
+  // was sent: three of 300 ms in a row, 900 ms in all, none past 0.5 s.
+  ASSERT_TRUE(AllReady(*h, 1));
+  tasks = {MakeTask("s-0", "sleep:300"), MakeTask("s-1", "sleep:300"), MakeTask("s-2", "sleep:300")};
+  got = DriveLoop(*h, std::move(tasks), 3, limits);
+  ASSERT_EQ(got.size(), 3u);
+  for (const auto& [id, c] : got) EXPECT_TRUE(c.ok()) << id << ": " << c.error();
+
+  // An answer for a batch other than the running one is a protocol error.
+  ASSERT_TRUE(AllReady(*h, 1));
+  tasks = {MakeTask("w", "wrongid"), MakeTask("after", "fine")};
+  got = DriveLoop(*h, std::move(tasks), 2, limits);
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_TRUE(got.at("w").retry());
+  EXPECT_EQ(std::string(got.at("w").error()).rfind("protocol error: an answer for batch", 0), 0u)
+      << got.at("w").error();
+  EXPECT_TRUE(got.at("after").ok()) << got.at("after").error();
 }
 
 TEST(ProcessHandlerLoopTest, BatchesAreGivenBackWhenNoProcessIsReadyForTheReadyWait) {

@@ -6,7 +6,8 @@ Run it with:
 
     fleet-worker --handler process --exec "/usr/bin/python3 docs/examples/handlers/upper.py"
 
-It speaks the protocol of docs/handler-protocol.md: it sends ["ready", 1], then
+It speaks the protocol of docs/handler-protocol.md: it sends ["ready", 1]
+(["ready", 1, N] with --depth N), then
 reads one "batch" frame at a time from stdin and answers "ok" or "error" on
 stdout, and exits with status 0 when stdin reaches end-of-file.
 
@@ -103,7 +104,16 @@ def main():
     frames_in, frames_out = take_protocol_pipes()
     log(f"upper.py starting: slot {os.environ.get('FLEET_HANDLER_SLOT')}, "
         f"worker {os.environ.get('FLEET_WORKER_ID')}")
-    write_frame(frames_out, packer.pack(["ready", PROTOCOL_VERSION]))
+    # "--depth N": take up to N batches at once (still one at a time, in
+    # order); worth it for short batches with the worker's --prefetch.
+    depth = 1
+    if len(sys.argv) == 3 and sys.argv[1] == "--depth":
+        depth = int(sys.argv[2])
+    elif len(sys.argv) != 1:
+        log(f"usage: {sys.argv[0]} [--depth N]")
+        return 2
+    ready = ["ready", PROTOCOL_VERSION] if depth == 1 else ["ready", PROTOCOL_VERSION, depth]
+    write_frame(frames_out, packer.pack(ready))
     while True:
         header = read_exact(frames_in, 4)
         if not header:

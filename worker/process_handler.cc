@@ -871,21 +871,23 @@ void ProcessHandler::Submit(std::vector<Task>& tasks, const Limits& limits,
 
 void ProcessHandler::Settle(Child& c, Step step, std::string failure, const Limits& limits,
                             std::vector<Completion>* done) {
+  if (step == Step::kAnswered) {
+    Release(c);
+  } else if (step != Step::kPending) {
+    answers_.push_back(Fail(c, step, std::move(failure), limits.timeout, kLoopExitWait, &queue_));
+  }
   for (Answer& a : answers_) {
     done->push_back(Completion::FromOutput(a.id, a.attempt, std::move(a.out), a.took,
                                            limits.timeout, limits.max_result_bytes,
                                            limits.max_error_bytes));
   }
   answers_.clear();
-  if (step == Step::kPending) return;
-  if (step == Step::kAnswered) {
-    Release(c);
-    return;
-  }
-  Answer a = Fail(c, step, std::move(failure), limits.timeout, kLoopExitWait, &queue_);
-  done->push_back(Completion::FromOutput(a.id, a.attempt, std::move(a.out), a.took,
-                                         limits.timeout, limits.max_result_bytes,
-                                         limits.max_error_bytes));
+}
+
+void ProcessHandler::DropSettled() {
+  running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                [](const Child* c) { return c->inflight.empty(); }),
+                 running_.end());
 }
 
 void ProcessHandler::StartQueued(const Limits& limits, std::vector<Completion>* done) {
@@ -941,9 +943,7 @@ void ProcessHandler::StartQueued(const Limits& limits, std::vector<Completion>* 
       again = again || step != Step::kPending || !answers_.empty();
       Settle(*c, step, std::move(failure), limits, done);
     }
-    running_.erase(std::remove_if(running_.begin(), running_.end(),
-                                  [](const Child* c) { return c->inflight.empty(); }),
-                   running_.end());
+    DropSettled();
   }
   if (!queue_.empty() && none_ready_since_ && now - *none_ready_since_ >= options_.ready_wait) {
     const std::string why = NoneReadyError(options_.ready_wait);
@@ -981,9 +981,7 @@ void ProcessHandler::Service(const zmq::pollitem_t* items, std::size_t count,
     if (step == Step::kPending && c->deadline && now >= *c->deadline) step = Step::kTimedOut;
     Settle(*c, step, std::move(failure), limits, done);
   }
-  running_.erase(std::remove_if(running_.begin(), running_.end(),
-                                [](const Child* c) { return c->inflight.empty(); }),
-                 running_.end());
+  DropSettled();  // before StartQueued, which gives batches to those in running_
   StartQueued(limits, done);
 }
 

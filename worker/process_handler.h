@@ -15,8 +15,9 @@
 // idle process for the batch and owns its stdin and stdout until every
 // batch it sent is answered. On the loop, a process whose `ready` names a
 // depth above 1 also gets batches while busy, queued behind its others
-// (only when no process is idle), and answers them in order. State is guarded by one mutex; the loop hears of
-// readiness changes through an eventfd.
+// (only when no process is idle), and answers them in order. State is
+// guarded by one mutex; the loop hears of readiness changes through an
+// eventfd.
 //
 // Destruction closes every handler's stdin, waits the grace period for
 // them to exit, SIGKILLs the process groups of those left and reaps them
@@ -152,9 +153,12 @@ class ProcessHandler : public Handler {
               std::chrono::milliseconds exit_wait, std::deque<Task>* rest);
   // Why `c`'s stdout ended: its exit status if it exits within `wait`.
   std::string DescribeExit(Child& c, std::chrono::milliseconds wait);
-  // On the loop: answers_ become completions in `done`, then Release or Fail.
+  // On the loop: Release or Fail `c` as `step` says, then answers_ (and
+  // the failure) become completions in `done`. DropSettled takes the
+  // processes that hold no batch any more out of running_.
   void Settle(Child& c, Step step, std::string failure, const Limits& limits,
               std::vector<Completion>* done);
+  void DropSettled();
   // Starts queued batches on idle processes, or behind the batches of busy
   // ones that take more than one at once (loop).
   void StartQueued(const Limits& limits, std::vector<Completion>* done);

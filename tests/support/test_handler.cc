@@ -18,8 +18,9 @@
 // a FILE ending in "-" gets the slot number appended: one file per slot),
 // --exit-before-ready CODE, --depth N (say in ready that it takes N
 // batches at once; it still runs them one by one, in order, and writes the
-// answers of echoes together while more batches are waiting), --ignore-eof (keep running after stdin closes:
-// the worker must kill it), --marker TEXT (ignored; names it for pgrep).
+// answers of echoes together while more batches are waiting), --ignore-eof
+// (keep running after stdin closes: the worker must kill it), --marker TEXT
+// (ignored; names it for pgrep).
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>

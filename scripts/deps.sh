@@ -8,6 +8,7 @@ pkgs=(
   libcli11-dev libspdlog-dev nlohmann-json3-dev libcurl4-openssl-dev
   libssl-dev libgtest-dev libgmock-dev
   python3 python3-zmq python3-msgpack procps prometheus
+  python3-venv python3-pip python3-setuptools python3-joblib python3-cloudpickle python3-pytest
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,551 @@
+"""fleet.Client: a producer for fleet-broker's frontend (docs/protocol.md).
+
+One background thread owns the ZeroMQ socket (sockets never cross threads);
+submit() from any thread hands the batch over through a deque and a wake-up
+pipe, and the thread resolves each batch's concurrent.futures.Future when its
+RESULT arrives. The thread sends whatever has piled up in one SUBMIT, so a
+burst of submit() calls costs one message, not one per batch.
+
+What the broker's rules ask of a producer, and what this one does:
+- queue_full (the broker's queue is at --max-queue): the batch is kept and
+  sent again after `retry_seconds`, as often as it takes; never dropped.
+- reconnects: after every completed handshake but the first, everything
+  without a result is sent again (a re-submit is always safe: the broker
+  deduplicates by id and re-sends a retained result).
+- silence: a batch sent but not acknowledged, or acknowledged but without a
+  result, for `resend_seconds` is sent again (the broker answers a known id
+  without running it twice).
+- a RESULT for an id already finished is dropped (results can come twice).
+"""
+
+import collections
+import concurrent.futures
+import heapq
+import itertools
+import os
+import threading
+import time
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from . import _wire as w
+
+
+class BatchFailed(Exception):
+    """A batch that ended without a result.
+
+    Attributes:
+        batch_id: the batch's id.
+        reason: "failed" (the handler reported a failure), "dead_lettered"
+            (its workers died or asked for retries --max-attempts times),
+            "rejected" (the broker refused it: too large, invalid), "timeout"
+            (no result within the client's timeout), "closed" (the client
+            was closed first) or "auth" (the broker refused this client's
+            CURVE handshake).
+        error: the text that came with it (the handler's message, the
+            broker's reason), "" if none.
+        attempts: how many times the broker dispatched it (0 if unknown).
+    """
+
+    def __init__(self, batch_id, reason, error, attempts=0):
+        super().__init__("batch %s %s: %s" % (batch_id, reason, error) if error
+                         else "batch %s %s" % (batch_id, reason))
+        self.batch_id = batch_id
+        self.reason = reason
+        self.error = error
+        self.attempts = attempts
+
+
+class BatchTimeout(BatchFailed, concurrent.futures.TimeoutError):
+    """No result within the timeout (reason "timeout"). The batch may still
+    run at the broker: the client only stops waiting for it."""
+
+
+class ClientClosed(RuntimeError):
+    """submit() after close()."""
+
+
+# Entry states.
+_LOCAL, _SENT, _ACKED = 0, 1, 2
+
+
+class _Entry:
+    __slots__ = ("payload", "queue", "future", "state", "since", "errors")
+
+    def __init__(self, payload, queue, future):
+        self.payload = payload
+        self.queue = queue
+        self.future = future
+        self.state = _LOCAL
+        self.since = 0.0     # when it was last sent (monotonic seconds)
+        self.errors = 0      # ERROR replies since it was last acknowledged
+
+
+class Client:
+    """A connection to fleet-broker's frontend.
+
+    Args:
+        endpoint: the broker's frontend, e.g. "tcp://127.0.0.1:5555".
+        queue: the queue batches go to unless submit() names one ("" is the
+            broker's "default").
+        curve: None for plaintext, or {"server_key": broker .pub file (or
+            its 40 Z85 characters), "key": this producer's .key file from
+            `fleet-ctl keygen`}; the key must be on the broker's
+            --curve-producers list.
+        timeout: seconds a batch may wait for its result before its future
+            fails with BatchTimeout (None: wait as long as it takes).
+        max_pending: batches submitted and without a result at most; submit()
+            blocks while that many are out (backpressure on the caller).
+        max_payload_bytes: the largest payload submit() accepts (the broker's
+            --max-batch-bytes, 16 MiB by default, refuses larger ones anyway).
+        retry_seconds: wait before sending again a batch refused as
+            queue_full, or after the broker answered ERROR.
+        resend_seconds: a batch without an acknowledgement or a result this
+            long is sent again (the broker deduplicates).
+
+    Thread-safe: submit(), map() and close() may be called from any thread.
+    Futures are resolved on the client's thread, so their done-callbacks run
+    there: keep them short.
+    """
+
+    def __init__(self, endpoint="tcp://127.0.0.1:5555", queue="default", curve=None,
+                 timeout=None, max_pending=100000, max_payload_bytes=16 << 20,
+                 retry_seconds=0.2, resend_seconds=10.0):
+        if not isinstance(endpoint, str) or "://" not in endpoint:
+            raise ValueError("endpoint must look like tcp://host:port, got %r" % (endpoint,))
+        if len(queue.encode()) > w.MAX_ID_BYTES:
+            raise ValueError("queue name over %d bytes" % w.MAX_ID_BYTES)
+        if max_pending < 1:
+            raise ValueError("max_pending must be at least 1")
+        self.endpoint = endpoint
+        self.queue = queue or "default"
+        self.timeout = timeout
+        self.max_payload_bytes = max_payload_bytes
+        self._retry_s = retry_seconds
+        self._resend_s = resend_seconds
+
+        self._ctx = zmq.Context(io_threads=1)
+        self._sock = self._ctx.socket(zmq.DEALER)
+        try:
+            self._sock.setsockopt(zmq.LINGER, 0)
+            self._sock.setsockopt(zmq.IMMEDIATE, 1)
+            self._sock.setsockopt(zmq.RCVHWM, 0)
+            self._sock.setsockopt(zmq.SNDHWM, 0)
+            w.apply_curve(self._sock, curve)
+            self._monitor = self._sock.get_monitor_socket(
+                zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+                | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+            self._sock.connect(endpoint)
+        except Exception:
+            self._sock.close(0)
+            self._ctx.term()
+            raise
+
+        self._prefix = "py-%s-" % os.urandom(6).hex()
+        self._ids = itertools.count()
+        self._inbox = collections.deque()   # (id, _Entry) from submit()
+        self._room = threading.Semaphore(max_pending)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        self._wake_lock = threading.Lock()
+        self._woken = False
+        self._closing = False
+        self._close_wait = True
+        self._close_deadline = None
+        self._closed = False
+        self._overdraft = 0                 # submits past max_pending from our own thread
+
+        # Owned by the I/O thread.
+        self._pending = {}                  # id -> _Entry
+        self._outbox = collections.deque()  # ids to SUBMIT
+        self._retry = []                    # heap of (time, id): queue_full waits
+        self._deadlines = []                # heap of (time, id): per-batch timeouts
+        self._handshakes = 0
+        self.auth_error = None              # text of a refused handshake, if any
+        self.stats = collections.Counter()  # submitted, resent, queue_full, errors ...
+
+        self._thread = threading.Thread(target=self._run, name="fleet-client", daemon=True)
+        self._thread.start()
+
+    # ---- the caller's side -------------------------------------------------
+
+    def submit(self, payload, queue=None, batch_id=None, timeout=None):
+        """Queues one batch; returns a Future that resolves to the handler's
+        result (bytes), or fails with BatchFailed (reason and text kept).
+
+        Blocks while `max_pending` batches are out. Raises ValueError for a
+        payload that is not bytes or too large, ClientClosed after close()."""
+        if isinstance(payload, str):
+            payload = payload.encode()
+        elif not isinstance(payload, bytes):
+            payload = bytes(payload)
+        if len(payload) > self.max_payload_bytes:
+            raise ValueError("payload of %d bytes is over max_payload_bytes (%d)"
+                             % (len(payload), self.max_payload_bytes))
+        if batch_id is None:
+            batch_id = self._prefix + str(next(self._ids))
+        elif not batch_id or len(batch_id.encode()) > w.MAX_ID_BYTES:
+            raise ValueError("batch_id must be 1 to %d bytes" % w.MAX_ID_BYTES)
+        if self._closing:
+            raise ClientClosed("submit() after close()")
+        if threading.current_thread() is self._thread:
+            # A done-callback submitting (joblib dispatches the next batch
+            # from one): this thread must never wait for itself.
+            if not self._room.acquire(blocking=False):
+                self._overdraft += 1
+        else:
+            self._room.acquire()
+        future = concurrent.futures.Future()
+        entry = _Entry(payload, queue or self.queue, future)
+        t = self.timeout if timeout is None else timeout
+        self._inbox.append((batch_id, entry, None if t is None else time.monotonic() + t))
+        self._wake()
+        return future
+
+    def map(self, payloads, ordered=True, timeout=None, window=1000):
+        """Submits every payload and yields the results (bytes).
+
+        ordered=True yields them in the order of `payloads`; False as they
+        finish. At most `window` batches are out at once. A failed batch
+        raises its BatchFailed when its turn comes; `timeout` (seconds) bounds
+        the whole call. Batches not yet finished are cancelled (client side)
+        when the generator is closed early."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        it = iter(payloads)
+        out = collections.deque()
+        done_q = collections.deque()
+        done_ev = threading.Condition()
+
+        def note_done(f):
+            with done_ev:
+                done_q.append(f)
+                done_ev.notify()
+
+        def left():
+            if deadline is None:
+                return None
+            return max(0.0, deadline - time.monotonic())
+
+        def fill():
+            while len(out) < window:
+                try:
+                    p = next(it)
+                except StopIteration:
+                    return
+                f = self.submit(p)
+                if not ordered:
+                    f.add_done_callback(note_done)
+                out.append(f)
+
+        try:
+            fill()
+            while out:
+                if ordered:
+                    f = out.popleft()
+                    try:
+                        r = f.result(left())
+                    except concurrent.futures.TimeoutError:
+                        raise concurrent.futures.TimeoutError(
+                            "map: no result within %s s" % timeout) from None
+                else:
+                    with done_ev:
+                        while not done_q:
+                            if not done_ev.wait(left()) and deadline is not None \
+                                    and time.monotonic() >= deadline:
+                                raise concurrent.futures.TimeoutError(
+                                    "map: no result within %s s" % timeout)
+                        f = done_q.popleft()
+                    out.remove(f)
+                    r = f.result()
+                fill()
+                yield r
+        finally:
+            for f in out:
+                f.cancel()
+
+    def close(self, wait=True, timeout=None):
+        """Stops the client. wait=True first waits (at most `timeout` seconds)
+        for the batches still out; whatever is left fails with BatchFailed
+        reason "closed". Idempotent."""
+        if self._closed:
+            return
+        self._close_wait = wait
+        self._close_deadline = None if timeout is None else time.monotonic() + timeout
+        self._closing = True
+        self._wake()
+        self._thread.join()
+        self._closed = True
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close(wait=exc[0] is None)
+
+    # ---- the I/O thread ----------------------------------------------------
+
+    def _wake(self):
+        with self._wake_lock:
+            if self._woken:
+                return
+            self._woken = True
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    def _run(self):
+        sock, mon = self._sock, self._monitor
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(mon, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        want_out = False
+        next_scan = time.monotonic() + self._resend_s / 2
+        try:
+            while True:
+                now = time.monotonic()
+                wait = next_scan - now
+                if self._retry:
+                    wait = min(wait, self._retry[0][0] - now)
+                if self._deadlines:
+                    wait = min(wait, self._deadlines[0][0] - now)
+                if self._closing:
+                    wait = min(wait, 0.05)
+                events = dict(poller.poll(max(0, int(wait * 1000) + 1)))
+                if self._wake_r in events:
+                    with self._wake_lock:
+                        self._woken = False
+                    try:
+                        os.read(self._wake_r, 4096)
+                    except BlockingIOError:
+                        pass
+                self._take_inbox()
+                if events.get(sock, 0) & zmq.POLLIN:
+                    self._read(sock)
+                if mon in events:
+                    self._read_monitor(mon)
+                now = time.monotonic()
+                while self._retry and self._retry[0][0] <= now:
+                    _, bid = heapq.heappop(self._retry)
+                    e = self._pending.get(bid)
+                    if e is not None and e.state == _LOCAL:
+                        self._outbox.append(bid)
+                while self._deadlines and self._deadlines[0][0] <= now:
+                    _, bid = heapq.heappop(self._deadlines)
+                    e = self._pending.get(bid)
+                    if e is not None:
+                        self._finish(bid, e, BatchTimeout(bid, "timeout",
+                                                          "no result in time", 0))
+                if now >= next_scan:
+                    self._scan(now)
+                    next_scan = now + self._resend_s / 2
+                blocked = self._flush(sock, now)
+                if blocked != want_out:
+                    want_out = blocked
+                    poller.modify(sock, zmq.POLLIN | (zmq.POLLOUT if blocked else 0))
+                if self._closing:
+                    out_of_time = (self._close_deadline is not None
+                                   and time.monotonic() >= self._close_deadline)
+                    if not self._close_wait or not self._pending or out_of_time:
+                        break
+        finally:
+            self._take_inbox()
+            for bid, e in list(self._pending.items()):
+                self._finish(bid, e, BatchFailed(bid, "closed", "the client was closed first"))
+            self._monitor.close(0)
+            sock.close(0)
+            self._ctx.term()
+
+    def _release(self):
+        if self._overdraft:
+            self._overdraft -= 1
+        else:
+            self._room.release()
+
+    def _take_inbox(self):
+        inbox = self._inbox
+        while inbox:
+            bid, e, deadline = inbox.popleft()
+            if bid in self._pending:
+                self._release()
+                e.future.set_exception(ValueError("batch id %s is already out" % bid))
+                continue
+            self._pending[bid] = e
+            self._outbox.append(bid)
+            if deadline is not None:
+                heapq.heappush(self._deadlines, (deadline, bid))
+            self.stats["submitted"] += 1
+
+    def _finish(self, bid, e, error=None, result=None):
+        del self._pending[bid]
+        self._release()
+        f = e.future
+        try:
+            if error is not None:
+                f.set_exception(error)
+            else:
+                f.set_result(result)
+        except concurrent.futures.InvalidStateError:
+            pass  # cancelled by the caller meanwhile
+
+    def _flush(self, sock, now):
+        """Sends the outbox in SUBMITs; returns True if the socket would block
+        (not connected yet: ZMQ_IMMEDIATE), with the rest kept."""
+        out = self._outbox
+        pending = self._pending
+        while out:
+            batches, ids, size = [], [], 0
+            while out and len(batches) < w.SUBMIT_MAX_BATCHES and size < w.SUBMIT_MAX_BYTES:
+                bid = out.popleft()
+                e = pending.get(bid)
+                if e is None:
+                    continue
+                if e.future.cancelled():
+                    del pending[bid]
+                    self._release()
+                    continue
+                batches.append([bid, e.queue, e.payload])
+                ids.append(bid)
+                size += len(e.payload)
+            if not batches:
+                break
+            try:
+                sock.send(w.pack([w.VERSION, w.SUBMIT, batches]), zmq.NOBLOCK)
+            except zmq.Again:
+                out.extendleft(reversed(ids))
+                return True
+            for bid in ids:
+                e = pending[bid]
+                if e.state == _LOCAL:
+                    e.state = _SENT
+                e.since = now
+        return False
+
+    def _read(self, sock):
+        for _ in range(1000):
+            try:
+                frame = sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                msg = w.unpack(frame)
+                cmd = msg[1]
+            except Exception:
+                self.stats["bad_replies"] += 1
+                continue
+            if cmd == w.RESULT:
+                self._on_results(msg[2])
+            elif cmd == w.ACK:
+                self._on_ack(msg[2], msg[3])
+            elif cmd == w.ERROR:
+                self._on_error(msg[2], msg[3])
+            else:
+                self.stats["bad_replies"] += 1
+
+    def _on_results(self, items):
+        pending = self._pending
+        for rid, outcome, attempts, result, error in items:
+            e = pending.get(rid)
+            if e is None:
+                self.stats["duplicates"] += 1
+                continue
+            if outcome == w.OK:
+                self._finish(rid, e, result=result)
+            elif outcome == w.UNKNOWN:   # the broker forgot it: send it again
+                e.state = _LOCAL
+                self._outbox.append(rid)
+                self.stats["resent"] += 1
+            else:
+                reason = "dead_lettered" if error.startswith("dead-lettered") else "failed"
+                self._finish(rid, e, BatchFailed(rid, reason, error, attempts))
+
+    def _on_ack(self, accepted, rejected):
+        pending = self._pending
+        for rid in accepted:
+            e = pending.get(rid)
+            if e is not None:
+                e.state = _ACKED
+                e.errors = 0
+        now = time.monotonic()
+        for rid, code, text in rejected:
+            e = pending.get(rid)
+            if e is None:
+                continue
+            if code == w.QUEUE_FULL:
+                self.stats["queue_full"] += 1
+                e.state = _LOCAL
+                heapq.heappush(self._retry, (now + self._retry_s, rid))
+            else:
+                self._finish(rid, e, BatchFailed(rid, "rejected",
+                                                 "%s: %s" % (w.code_name(code), text)))
+
+    def _on_error(self, code, text):
+        # ERROR names no message: send again everything not acknowledged,
+        # after a pause; a batch that keeps drawing errors fails.
+        self.stats["errors"] += 1
+        when = time.monotonic() + self._retry_s
+        for rid, e in list(self._pending.items()):
+            if e.state != _SENT:
+                continue
+            e.errors += 1
+            if e.errors >= 5:
+                self._finish(rid, e, BatchFailed(rid, "rejected", "broker error %s: %s"
+                                                 % (w.code_name(code), text)))
+            else:
+                e.state = _LOCAL
+                heapq.heappush(self._retry, (when, rid))
+
+    def _read_monitor(self, mon):
+        while True:
+            try:
+                ev = recv_monitor_message(mon, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            kind = ev["event"]
+            if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self.auth_error = None
+                self._handshakes += 1
+                if self._handshakes > 1:   # a new connection: re-own everything
+                    self.stats["reconnects"] += 1
+                    for rid, e in self._pending.items():
+                        if e.state != _LOCAL:
+                            e.state = _LOCAL
+                            self._outbox.append(rid)
+            else:
+                # A refused CURVE handshake is not going to succeed on retry:
+                # fail what waits rather than leave it hanging.
+                self.auth_error = ("authentication failed: the broker at %s refused this "
+                                   "client's handshake (event %d; check the CURVE keys)"
+                                   % (self.endpoint, kind))
+                for rid, e in list(self._pending.items()):
+                    self._finish(rid, e, BatchFailed(rid, "auth", self.auth_error))
+
+    def _scan(self, now):
+        """The net for silence (docs/protocol.md, "Reconnects"): a batch sent
+        but not acknowledged for resend_seconds is sent again; one
+        acknowledged but without a result is FETCHed (an "unknown" answer
+        sends it again). Both are safe: the broker deduplicates by id."""
+        limit = now - self._resend_s
+        fetch = []
+        for rid, e in list(self._pending.items()):
+            if e.future.cancelled():
+                del self._pending[rid]
+                self._release()
+            elif e.state == _SENT and e.since <= limit:
+                e.state = _LOCAL
+                self._outbox.append(rid)
+                self.stats["resent"] += 1
+            elif e.state == _ACKED and e.since <= limit:
+                e.since = now
+                fetch.append(rid)
+        for k in range(0, len(fetch), w.SUBMIT_MAX_BATCHES):
+            try:
+                self._sock.send(w.pack([w.VERSION, w.FETCH, fetch[k:k + w.SUBMIT_MAX_BATCHES]]),
+                                zmq.NOBLOCK)
+                self.stats["fetched"] += len(fetch[k:k + w.SUBMIT_MAX_BATCHES])
+            except zmq.Again:
+                break   # not connected: the reconnect re-sends everything

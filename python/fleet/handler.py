@@ -1,0 +1,223 @@
+"""fleet.serve: run a Python function as a persistent handler of fleet-worker.
+
+    fleet-worker --handler process --exec "python3 -m fleet.handler mymodule:work"
+
+fleet-worker starts the handler once per slot and keeps it running; this
+module speaks the framed stdin/stdout protocol of docs/handler-protocol.md
+for it: it says ready, then reads one batch at a time, calls the function
+with the payload and writes back its result. What the module loads at start
+(a model, a connection) stays loaded for every batch after.
+
+An exception in the function fails that batch (outcome failed) with a text
+that starts with "Type: message" and carries the traceback; the process goes
+on with the next batch. The process exits 0 when the worker closes its
+stdin (the worker is stopping).
+"""
+
+import os
+import struct
+import sys
+import traceback
+
+import msgpack
+
+PROTOCOL_VERSION = 1
+MAX_ERROR_BYTES = 8192   # the worker cuts an error text there
+_MAX_FRAME = (64 << 20) + (64 << 10)
+
+_current = None
+
+
+def current_batch():
+    """(id, attempt, queue) of the batch the function is running, or None
+    outside a batch. attempt > 1 means an earlier try did not finish (its
+    worker or handler died): make side effects idempotent per id."""
+    return _current
+
+
+def error_text(exc):
+    """"Type: message", then the traceback, within the worker's 8 KiB: the
+    first line is kept whole and the traceback keeps its innermost end."""
+    head = "%s: %s" % (type(exc).__name__, exc)
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    text = head + "\n" + tb
+    raw = text.encode("utf-8", "replace")
+    if len(raw) <= MAX_ERROR_BYTES:
+        return text
+    head_raw = head.encode("utf-8", "replace")[:MAX_ERROR_BYTES // 2]
+    room = MAX_ERROR_BYTES - len(head_raw) - 32
+    tail = tb.encode("utf-8", "replace")[-room:]
+    return (head_raw + b"\n...(cut)...\n" + tail).decode("utf-8", "replace")
+
+
+def _as_bytes(result):
+    if isinstance(result, bytes):
+        return result
+    if result is None:
+        return b""
+    if isinstance(result, str):
+        return result.encode("utf-8")
+    if isinstance(result, (bytearray, memoryview)):
+        return bytes(result)
+    raise TypeError("the handler function returned %s; return bytes, str or None"
+                    % type(result).__name__)
+
+
+def _take_pipes():
+    """Keeps fds 0/1 for frames only: afterwards fd 1 and sys.stdout are
+    stderr and fd 0 is /dev/null, so a print() or a child process cannot
+    write into the frame stream or read frames meant for us."""
+    fin = os.dup(0)
+    fout = os.dup(1)
+    os.dup2(2, 1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdout = sys.stderr
+    sys.stdin = open(os.devnull)
+    return fin, fout
+
+
+class _Pipes:
+    """Frames over two file descriptors, with answers held back while more
+    frames are already buffered (the protocol's depth: one write for
+    several answers, and no write before a read that will not block)."""
+
+    def __init__(self, fin, fout):
+        self.fin, self.fout = fin, fout
+        self.buf = bytearray()
+        self.pos = 0
+        self.out = []
+        self.packer = msgpack.Packer(use_bin_type=True, unicode_errors="surrogateescape")
+
+    def send(self, message):
+        body = self.packer.pack(message)
+        self.out.append(struct.pack(">I", len(body)))
+        self.out.append(body)
+
+    def flush(self):
+        if not self.out:
+            return
+        data = memoryview(b"".join(self.out))
+        self.out.clear()
+        while data:
+            n = os.write(self.fout, data)
+            data = data[n:]
+
+    def _whole_frame(self):
+        avail = len(self.buf) - self.pos
+        if avail < 4:
+            return None
+        (n,) = struct.unpack_from(">I", self.buf, self.pos)
+        if n > _MAX_FRAME:
+            raise ValueError("frame of %d bytes from the worker" % n)
+        if avail < 4 + n:
+            return None
+        start = self.pos + 4
+        self.pos = start + n
+        return bytes(self.buf[start:self.pos])
+
+    def read(self):
+        """The next frame's body, or None at end-of-file."""
+        while True:
+            body = self._whole_frame()
+            if body is not None:
+                return body
+            self.flush()   # about to block: every answer goes out first
+            if self.pos:
+                del self.buf[:self.pos]
+                self.pos = 0
+            chunk = os.read(self.fin, 1 << 16)
+            if not chunk:
+                if self.buf:
+                    raise EOFError("end-of-file inside a frame")
+                return None
+            self.buf += chunk
+
+
+def serve(fn, depth=1):
+    """Runs `fn(payload: bytes) -> bytes` for every batch fleet-worker sends,
+    until the worker closes stdin; returns then (exit status 0 is yours to
+    give). Must be called in a process started by
+    `fleet-worker --handler process --exec ...`.
+
+    `fn` may return bytes, str (sent as UTF-8) or None (empty). `depth` (1 to
+    64) lets the worker queue that many batches at this handler at once
+    (with fleet-worker's --prefetch): worth it for batches of microseconds
+    to milliseconds; keep 1 for long or uneven ones."""
+    global _current
+    if not 1 <= depth <= 64:
+        raise ValueError("depth must be 1 to 64")
+    fin, fout = _take_pipes()
+    pipes = _Pipes(fin, fout)
+    pipes.send(["ready", PROTOCOL_VERSION] if depth == 1 else ["ready", PROTOCOL_VERSION, depth])
+    pipes.flush()
+    while True:
+        body = pipes.read()
+        if body is None:
+            pipes.flush()
+            return
+        msg = msgpack.unpackb(body, raw=False, unicode_errors="surrogateescape")
+        if not (isinstance(msg, list) and msg and isinstance(msg[0], str)):
+            raise ValueError("not a handler-protocol message: %r" % (msg,))
+        if msg[0] != "batch":
+            print("fleet.serve: ignoring unknown message %r" % (msg[0],), file=sys.stderr)
+            continue
+        batch_id, payload, attempt, queue = msg[1], msg[2], msg[3], msg[4]
+        if isinstance(payload, str):
+            payload = payload.encode("utf-8", "surrogateescape")
+        _current = (batch_id, attempt, queue)
+        try:
+            result = _as_bytes(fn(payload))
+        except Exception as exc:  # the batch fails, the handler lives on
+            _current = None
+            text = error_text(exc)
+            print("fleet.serve: batch %s failed: %s" % (batch_id, text.splitlines()[0]),
+                  file=sys.stderr, flush=True)
+            pipes.send(["error", batch_id, text])
+            continue
+        _current = None
+        pipes.send(["ok", batch_id, result])
+        if depth == 1:
+            pipes.flush()
+
+
+def _load(spec):
+    import importlib
+    module, sep, name = spec.partition(":")
+    if not sep or not module or not name:
+        raise SystemExit("fleet.serve: expected MODULE:FUNCTION, got %r" % spec)
+    sys.path.insert(0, os.getcwd())
+    fn = importlib.import_module(module)
+    for part in name.split("."):
+        fn = getattr(fn, part)
+    if not callable(fn):
+        raise SystemExit("fleet.serve: %s is not callable" % spec)
+    return fn
+
+
+def main(argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(
+        prog="python3 -m fleet.handler",
+        description="Run MODULE:FUNCTION as a persistent handler of fleet-worker: "
+                    "fleet-worker --handler process --exec \"python3 -m fleet.handler "
+                    "mymodule:work\". FUNCTION takes the payload (bytes) and returns "
+                    "the result (bytes, str or None); an exception fails the batch.")
+    ap.add_argument("function", metavar="MODULE:FUNCTION",
+                    help="what to run, e.g. mypackage.tasks:resize (imported from the "
+                         "current directory and sys.path)")
+    ap.add_argument("--depth", type=int, default=1,
+                    help="batches the worker may queue here at once, 1 to 64 (default 1; "
+                         "use with fleet-worker --prefetch for short batches)")
+    args = ap.parse_args(argv)
+    if os.isatty(0):
+        ap.error("stdin is a terminal: this runs under fleet-worker --handler process --exec")
+    fn = _load(args.function)
+    serve(fn, depth=args.depth)
+    return 0
+
+
+if __name__ == "__main__":
+    from fleet.handler import main as _main   # the module's own copy, not __main__'s
+    sys.exit(_main())

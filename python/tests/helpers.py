@@ -1,0 +1,35 @@
+"""Functions the tests' handlers and joblib calls run on the workers."""
+
+import os
+import time
+
+
+def work(payload):
+    """fleet.handler test function: b"fail:TEXT" raises ValueError(TEXT);
+    b"pid" answers the handler's pid; b"sleep:MS" sleeps; else upper-case."""
+    if payload.startswith(b"fail:"):
+        raise ValueError(payload[5:].decode())
+    if payload == b"pid":
+        return str(os.getpid())
+    if payload.startswith(b"sleep:"):
+        time.sleep(int(payload[6:]) / 1000)
+        return b"slept"
+    return payload.upper()
+
+
+def square(x):
+    return x * x
+
+
+def slow_square(x, seconds=0.05):
+    time.sleep(seconds)
+    return x * x
+
+
+def maybe_fail(x, bad, marker_dir=None):
+    if marker_dir is not None:
+        open(os.path.join(marker_dir, "ran-%d" % x), "w").close()
+    time.sleep(0.02)
+    if x == bad:
+        raise KeyError("call %d failed on purpose" % x)
+    return x

@@ -1,0 +1,141 @@
+"""fleet.Client and fleet.serve against a real fleet-broker and fleet-worker."""
+
+import concurrent.futures
+import subprocess
+
+import pytest
+
+import fleet
+from conftest import BIN, free_port, wait_for
+
+
+def test_submit_and_map_return_every_result_in_order(fleet_env):
+    fleet_env.broker()
+    fleet_env.worker("w1", "--handler", "echo", "--concurrency", "2")
+    with fleet.Client(fleet_env.frontend) as c:
+        assert c.submit(b"hello").result(20) == b"hello"
+        payloads = [b"p%d" % i for i in range(2000)]
+        assert list(c.map(payloads)) == payloads
+        unordered = list(c.map(payloads, ordered=False, window=64))
+        assert sorted(unordered) == sorted(payloads)
+        assert c.stats["submitted"] == 1 + 2 * len(payloads)
+
+
+def test_a_failing_function_fails_its_batch_with_type_message_and_traceback(fleet_env):
+    fleet_env.broker()
+    fleet_env.handler_worker("w1", ["-m", "fleet.handler", "helpers:work"])
+    with fleet.Client(fleet_env.frontend, timeout=30) as c:
+        pid = c.submit(b"pid").result()
+        f = c.submit(b"fail:no such thing")
+        with pytest.raises(fleet.BatchFailed) as info:
+            f.result()
+        e = info.value
+        assert e.reason == "failed"
+        assert e.error.startswith("ValueError: no such thing")
+        assert "Traceback (most recent call last)" in e.error
+        assert "helpers.py" in e.error and "in work" in e.error
+        assert e.attempts == 1
+        # The process survived: the next batch runs in the same handler.
+        assert c.submit(b"pid").result() == pid
+        assert c.submit(b"abc").result() == b"ABC"
+
+
+def test_serve_with_a_depth_runs_thousands_of_batches(fleet_env):
+    fleet_env.broker()
+    fleet_env.handler_worker("w1", ["-m", "fleet.handler", "helpers:work", "--depth", "8"],
+                             "--concurrency", "2", "--prefetch", "32")
+    with fleet.Client(fleet_env.frontend, timeout=60) as c:
+        payloads = [b"x%d" % i for i in range(5000)]
+        assert list(c.map(payloads)) == [p.upper() for p in payloads]
+
+
+def test_queue_full_is_waited_out_and_sent_again_never_dropped(fleet_env):
+    fleet_env.broker("--max-queue", "5")
+    with fleet.Client(fleet_env.frontend, retry_seconds=0.05) as c:
+        futures = [c.submit(b"b%d" % i) for i in range(60)]
+        wait_for(lambda: c.stats["queue_full"] > 0, what="a queue_full rejection")
+        fleet_env.worker("w1", "--handler", "echo")
+        assert [f.result(30) for f in futures] == [b"b%d" % i for i in range(60)]
+        assert c.stats["queue_full"] > 0
+
+
+def test_a_batch_without_result_in_time_fails_with_timeout(fleet_env):
+    fleet_env.broker()
+    with fleet.Client(fleet_env.frontend) as c:
+        f = c.submit(b"nobody runs this", timeout=0.3)
+        with pytest.raises(fleet.BatchTimeout) as info:
+            f.result(10)
+        assert info.value.reason == "timeout"
+        assert isinstance(info.value, concurrent.futures.TimeoutError)
+
+
+def test_rejected_batches_keep_the_brokers_reason(fleet_env):
+    fleet_env.broker("--max-batch-bytes", "1000")
+    with fleet.Client(fleet_env.frontend) as c:
+        with pytest.raises(fleet.BatchFailed) as info:
+            c.submit(b"x" * 2000).result(10)
+        assert info.value.reason == "rejected"
+        assert info.value.error.startswith("too_large")
+        with pytest.raises(ValueError):
+            c.submit(b"x" * (c.max_payload_bytes + 1))
+
+
+def test_batches_survive_a_broker_restart(fleet_env):
+    ports = [free_port() for _ in range(3)]
+    broker = fleet_env.broker(ports=ports)
+    with fleet.Client(fleet_env.frontend) as c:
+        futures = [c.submit(b"r%d" % i) for i in range(20)]
+        wait_for(lambda: c.stats["submitted"] == 20)
+        # An in-memory broker forgets everything; the client sends the
+        # batches again once its new connection's handshake completes.
+        broker.stop()
+        fleet_env.broker(ports=ports)
+        fleet_env.worker("w1", "--handler", "echo")
+        assert [f.result(30) for f in futures] == [b"r%d" % i for i in range(20)]
+        assert c.stats["reconnects"] >= 1
+
+
+def test_close_waits_for_batches_still_out(fleet_env):
+    fleet_env.broker()
+    fleet_env.handler_worker("w1", ["-m", "fleet.handler", "helpers:work"])
+    c = fleet.Client(fleet_env.frontend)
+    f = c.submit(b"sleep:300")
+    c.close()
+    assert f.result(0) == b"slept"
+    with pytest.raises(fleet.ClientClosed):
+        c.submit(b"late")
+
+
+def test_close_without_wait_fails_what_is_left(fleet_env):
+    fleet_env.broker()
+    c = fleet.Client(fleet_env.frontend)
+    f = c.submit(b"never")
+    c.close(wait=False)
+    with pytest.raises(fleet.BatchFailed) as info:
+        f.result(0)
+    assert info.value.reason == "closed"
+
+
+def test_curve_client_gets_in_and_a_stranger_is_told_authentication_failed(fleet_env, tmp_path):
+    for k in ("broker", "producer", "worker", "stranger"):
+        subprocess.run([str(BIN / "fleet-ctl"), "keygen", str(tmp_path / k)], check=True,
+                       capture_output=True)
+    keys = {k: str(tmp_path / k) for k in ("broker", "producer", "worker", "stranger")}
+    fleet_env.broker("--curve-secret-key", keys["broker"] + ".key",
+                     "--curve-producers", keys["producer"] + ".pub",
+                     "--curve-workers", keys["worker"] + ".pub",
+                     "--curve-control", keys["worker"] + ".pub")
+    fleet_env.worker("w1", "--handler", "echo", "--curve-server-key", keys["broker"] + ".pub",
+                     "--curve-key", keys["worker"] + ".key")
+    curve = {"server_key": keys["broker"] + ".pub", "key": keys["producer"] + ".key"}
+    with fleet.Client(fleet_env.frontend, curve=curve) as c:
+        assert c.submit(b"secret").result(20) == b"secret"
+    bad = {"server_key": keys["broker"] + ".pub", "key": keys["stranger"] + ".key"}
+    with fleet.Client(fleet_env.frontend, curve=bad) as c:
+        with pytest.raises(fleet.BatchFailed) as info:
+            c.submit(b"let me in").result(20)
+        assert info.value.reason == "auth"
+        assert "authentication failed" in info.value.error
+    with pytest.raises(ValueError, match="no secret key"):
+        fleet.Client(fleet_env.frontend, curve={"server_key": keys["broker"] + ".pub",
+                                               "key": keys["producer"] + ".pub"})

@@ -1,0 +1,118 @@
+"""The "fleet" joblib backend against real fleet processes."""
+
+import os
+import threading
+import time
+
+import joblib
+import pytest
+
+import fleet.joblib
+from conftest import BIN, PYTHON, wait_for
+from helpers import maybe_fail, slow_square, square
+
+fleet.joblib.register()
+CALLS = ["-m", "fleet.calls"]
+
+
+def test_parallel_runs_calls_on_the_fleet(fleet_env):
+    fleet_env.broker()
+    fleet_env.handler_worker("w1", CALLS, "--concurrency", "2")
+    with joblib.parallel_backend("fleet", broker=fleet_env.frontend, control=fleet_env.control):
+        out = joblib.Parallel(n_jobs=2)(joblib.delayed(square)(i) for i in range(20))
+        assert out == [i * i for i in range(20)]
+        # A function defined here (pickled by value) and a closure.
+        k = 7
+        out = joblib.Parallel(n_jobs=-1)(joblib.delayed(lambda x: x + k)(i) for i in range(50))
+        assert out == [i + 7 for i in range(50)]
+        # Where did the calls run: in the worker's handler processes.
+        pids = set(joblib.Parallel(n_jobs=2)(joblib.delayed(os.getpid)() for _ in range(10)))
+        assert os.getpid() not in pids
+
+
+def test_n_jobs_minus_one_asks_the_broker_or_takes_max_workers(fleet_env):
+    fleet_env.broker()
+    fleet_env.handler_worker("w1", CALLS, "--concurrency", "3")
+    fleet_env.wait_workers(1)
+    b = fleet.joblib.FleetBackend(broker=fleet_env.frontend, control=fleet_env.control)
+    assert b.effective_n_jobs(-1) == 3
+    assert b.effective_n_jobs(-2) == 2
+    assert b.effective_n_jobs(5) == 5
+    assert fleet.joblib.FleetBackend(broker=fleet_env.frontend, max_workers=8,
+                                     slots_per_worker=2).effective_n_jobs(-1) == 16
+
+
+def test_a_failing_call_reraises_with_the_remote_traceback_and_stops_the_rest(fleet_env, tmp_path):
+    fleet_env.broker()
+    fleet_env.handler_worker("w1", CALLS)
+    markers = tmp_path / "ran"
+    markers.mkdir()
+    n = 300
+    with joblib.parallel_backend("fleet", broker=fleet_env.frontend):
+        with pytest.raises(KeyError, match="call 3 failed on purpose") as info:
+            joblib.Parallel(n_jobs=2, batch_size=1)(
+                joblib.delayed(maybe_fail)(i, 3, str(markers)) for i in range(n))
+    cause = info.value.__cause__
+    assert isinstance(cause, fleet.joblib.RemoteTraceback)
+    assert "maybe_fail" in cause.tb and "helpers.py" in cause.tb
+    assert "Traceback (most recent call last)" in str(cause)
+    # joblib stopped dispatching at the failure: most calls never ran.
+    time.sleep(0.5)   # let anything already queued at the broker finish
+    ran = len(os.listdir(markers))
+    assert 4 <= ran < n // 2, ran
+    # The backend is still usable after the abort.
+    with joblib.parallel_backend("fleet", broker=fleet_env.frontend):
+        assert joblib.Parallel(n_jobs=2)(joblib.delayed(square)(i) for i in range(5)) == \
+            [0, 1, 4, 9, 16]
+
+
+def test_a_call_that_cannot_be_answered_fails_clearly(fleet_env):
+    fleet_env.broker("--max-attempts", "2")
+    fleet_env.handler_worker("w1", CALLS)
+
+    def die():
+        os._exit(3)   # kills the handler in the middle of the batch
+
+    with joblib.parallel_backend("fleet", broker=fleet_env.frontend):
+        with pytest.raises(fleet.BatchFailed) as info:
+            joblib.Parallel(n_jobs=1)([joblib.delayed(die)()])
+    assert info.value.reason == "dead_lettered"
+    assert "handler exited" in info.value.error
+
+
+def test_the_pool_grows_from_zero_for_a_parallel_call_and_returns_to_zero(fleet_env):
+    """The seed's story: autoscaler at --min 0 with the process launcher."""
+    fleet_env.broker("--heartbeat-ms", "200", "--retire-linger-ms", "100")
+    worker_args = ("--broker %s --handler process --exec '%s -m fleet.calls' "
+                   "--heartbeat-ms 200" % (fleet_env.backend, PYTHON))
+    fleet_env.start("autoscaler", [
+        BIN / "fleet-autoscaler", "--control", fleet_env.control,
+        "--metrics-source", fleet_env.metrics, "--launcher", "process",
+        "--worker-args", worker_args, "--min", "0", "--max", "3",
+        "--idle-seconds", "1", "--cooldown-seconds", "0", "--stabilization-seconds", "0",
+        "--poll-ms", "100", "--metrics", "127.0.0.1:0"])
+    seen = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            try:
+                seen.append(len(fleet_env.workers()))
+            except Exception:
+                pass
+            time.sleep(0.05)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    try:
+        assert fleet_env.workers() == []
+        with joblib.parallel_backend("fleet", broker=fleet_env.frontend, max_workers=3,
+                                     timeout=120):
+            out = joblib.Parallel(n_jobs=-1, batch_size=1)(
+                joblib.delayed(slow_square)(i, 0.2) for i in range(20))
+        assert out == [i * i for i in range(20)]    # no call lost
+        wait_for(lambda: fleet_env.workers() == [], 60, "the pool to go back to zero")
+    finally:
+        stop.set()
+        t.join()
+    assert max(seen) >= 2, seen

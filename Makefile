@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test demo clean format fuzz sanitize soak bench
+.PHONY: all deps configure build test demo clean format fuzz sanitize soak bench bench-python
 
 all: build
 
@@ -50,6 +50,12 @@ soak: build
 BENCH ?=
 bench: build
 	@/usr/bin/python3 bench/run.py --bin $(abspath $(BUILD_DIR))/bin $(BENCH)
+
+# Only the Python part of make bench (bench/python_bench.py): the seed's
+# joblib case against loky and Dask, and a Python function against Celery.
+# About 40 s.
+bench-python: build
+	@/usr/bin/python3 bench/python_bench.py --bin $(abspath $(BUILD_DIR))/bin $(BENCH)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -11,6 +11,7 @@ Each benchmark program prints one JSON object as its last stdout line:
   bench/peers/celery_bench.py    Celery 5 + Redis
   bench/peers/dask_bench.py      Dask distributed (exit 3: not available)
   bench/scaling.py               burst trace through the autoscaler
+  bench/python_bench.py          joblib (fleet, loky, Dask) and a Python function vs Celery
 Figures are printed, never judged against time in a test; the targets of
 issue 6 are reported as met or not.
 """
@@ -500,6 +501,35 @@ def main():
            None if not d else d["batches_per_s"] >= 50000,
            "-" if not d else fmt_rate(d["batches_per_s"]) + "/s")
 
+    # Python and joblib (issue 16): bench/python_bench.py in the same run.
+    python_res = None
+    if mode != "smoke":
+        argv = [py, os.path.join(ROOT, "bench", "python_bench.py"), "--bin", args.bin,
+                "--no-install"]
+        if mode == "quick":
+            argv.append("--quick")
+        if args.no_peers:
+            argv.append("--no-peers")
+        log("python_bench")
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+        if p.returncode == 0:
+            lines = p.stdout.strip().splitlines()
+            python_res = json.loads(lines[-1])
+            line()
+            for l in lines[:-1]:
+                line(l)
+            w = python_res.get("warm_vs_loky")
+            target("joblib warm <= 1.5x loky (issue 16)", w, w is not None and w <= 1.5,
+                   "-" if w is None else f"{w:.2f}x")
+            z = python_res.get("fleet_cold", {}).get("from_zero_s")
+            target("joblib from zero workers < 0.4 s (issue 16)", z, z is not None and z < 0.4,
+                   "-" if z is None else f"{z * 1000:.0f} ms")
+            c = python_res.get("fleet_vs_celery")
+            target("short Python function >= 20x Celery (issue 16)", c,
+                   None if c is None else c >= 20, "-" if c is None else f"{c:.1f}x")
+        else:
+            r.errors.append("python_bench failed: " + p.stderr[-500:])
+
     took = time.monotonic() - started
     line()
     line(f"{len(r.results)} runs in {took / 60:.1f} min; {len(r.errors)} failed. "
@@ -511,7 +541,7 @@ def main():
 
     doc = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "mode": mode, "machine": m, "seconds": round(took, 1), "results": r.results,
-           "targets": targets, "errors": r.errors, "table": table}
+           "targets": targets, "errors": r.errors, "table": table, "python": python_res}
     with open(os.path.join(args.out, "latest.json"), "w") as fh:
         json.dump(doc, fh, indent=1)
     plot_throughput(tp, systems, args.out)

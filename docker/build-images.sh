@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds fleet's container images, from scratch or from Docker's layer cache:
 #   ${FLEET_IMAGE:-fleet:latest}                             docker/Dockerfile
+#   ${FLEET_PYTHON_IMAGE:-fleet-python:latest}               docker/Dockerfile.python (on top of the first)
 #   ${FLEET_PROMETHEUS_LOCAL_IMAGE:-fleet-prometheus:local}  docker/prometheus
 # after docker/base-image.sh has made sure debian:bookworm-slim exists.
 # Idempotent; when nothing changed every step comes from the cache and the run
@@ -9,11 +10,14 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-Usage: docker/build-images.sh [--fleet] [--prometheus] [--pull|--no-pull] [-v] [-h]
+Usage: docker/build-images.sh [--fleet] [--python] [--prometheus] [--pull|--no-pull] [-v] [-h]
 
-Builds the fleet image and the local Prometheus image (both by default).
+Builds the fleet image, its Python variant and the local Prometheus image
+(all three by default).
 
   --fleet        build only ${FLEET_IMAGE:-fleet:latest}
+  --python       build ${FLEET_PYTHON_IMAGE:-fleet-python:latest} (and the fleet image
+                 it starts from)
   --prometheus   build only ${FLEET_PROMETHEUS_LOCAL_IMAGE:-fleet-prometheus:local}
   --pull         try a registry for debian:bookworm-slim before building it
                  with debootstrap (FLEET_BASE_PULL=1)
@@ -32,6 +36,7 @@ log() { echo "build-images: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
 want_fleet=0
+want_python=0
 want_prometheus=0
 verbose=0
 background_log=""
@@ -39,6 +44,7 @@ base_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --fleet) want_fleet=1 ;;
+    --python) want_fleet=1; want_python=1 ;;
     --prometheus) want_prometheus=1 ;;
     --no-pull) base_args+=(--no-pull) ;;
     --pull) base_args+=(--pull) ;;
@@ -53,6 +59,7 @@ while [ $# -gt 0 ]; do
 done
 if [ "$want_fleet" = 0 ] && [ "$want_prometheus" = 0 ]; then
   want_fleet=1
+  want_python=1
   want_prometheus=1
 fi
 
@@ -67,6 +74,7 @@ if [ -n "$background_log" ]; then
   mkdir -p "$(dirname "$background_log")"
   args=()
   [ "$want_fleet" = 1 ] && args+=(--fleet)
+  [ "$want_python" = 1 ] && args+=(--python)
   [ "$want_prometheus" = 1 ] && args+=(--prometheus)
   nohup bash "$ROOT/docker/build-images.sh" "${args[@]}" "${base_args[@]+"${base_args[@]}"}" \
     >"$background_log" 2>&1 </dev/null &
@@ -82,6 +90,7 @@ if ! flock -n 9; then
   flock 9
 fi
 FLEET_IMAGE=${FLEET_IMAGE:-fleet:latest}
+PYTHON_IMAGE=${FLEET_PYTHON_IMAGE:-fleet-python:latest}
 PROMETHEUS_IMAGE=${FLEET_PROMETHEUS_LOCAL_IMAGE:-fleet-prometheus:local}
 
 image_id() { docker image inspect -f '{{.Id}}' "$1" 2>/dev/null || true; }
@@ -117,6 +126,10 @@ bash "$ROOT/docker/base-image.sh" "${base_args[@]+"${base_args[@]}"}"
 if [ "$want_fleet" = 1 ]; then
   revision=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
   build "$FLEET_IMAGE" -f docker/Dockerfile --build-arg "FLEET_REVISION=$revision" .
+fi
+if [ "$want_python" = 1 ]; then
+  build "$PYTHON_IMAGE" -f docker/Dockerfile.python --build-arg "FLEET_IMAGE=$FLEET_IMAGE" \
+    --build-arg "FLEET_REVISION=$revision" .
 fi
 if [ "$want_prometheus" = 1 ]; then
   build "$PROMETHEUS_IMAGE" docker/prometheus

@@ -16,10 +16,27 @@ functions as fleet-worker handlers, and a joblib backend.
 
 Protocols: docs/protocol.md (the broker) and docs/handler-protocol.md (the
 worker's handlers) in fleet's repository.
-"""
 
-from .client import BatchFailed, BatchTimeout, Client, ClientClosed
-from .handler import current_batch, serve
+Names load on first use, so a handler process (fleet.serve, fleet.calls)
+starts without importing pyzmq.
+"""
 
 __version__ = "0.1.0"
 __all__ = ["Client", "BatchFailed", "BatchTimeout", "ClientClosed", "serve", "current_batch"]
+
+_CLIENT = ("Client", "BatchFailed", "BatchTimeout", "ClientClosed")
+_HANDLER = ("serve", "current_batch")
+
+
+def __getattr__(name):
+    if name in _CLIENT:
+        from . import client
+        return getattr(client, name)
+    if name in _HANDLER:
+        from . import handler
+        return getattr(handler, name)
+    raise AttributeError("module 'fleet' has no attribute %r" % name)
+
+
+def __dir__():
+    return sorted(list(globals()) + list(__all__))

@@ -1,19 +1,30 @@
-"""Run cloudpickled calls on fleet workers: the worker side of fleet.joblib.
+"""Run pickled calls on fleet workers: the worker side of fleet.joblib.
 
     fleet-worker --handler process --exec "python3 -m fleet.calls"
 
-Each batch's payload is a cloudpickled callable taking no arguments (the
-joblib backend sends joblib's BatchedCalls). The result travels back as a
-pickled envelope: (0, value) when the call returned, (1, exception,
-traceback text) when it raised. A raised exception is therefore an ok batch
-at the broker (the call ran to an answer); the caller re-raises it.
+A batch's payload is a pickle (made with cloudpickle, so functions defined
+in __main__, closures and lambdas travel by value) of one of:
+
+- ("calls", [(func, args, kwargs), ...], nested, n_jobs): run each call in
+  order and answer the list of their values (what fleet.joblib sends for
+  one joblib batch). When joblib is loaded here, the calls run inside
+  joblib.parallel_backend(nested, n_jobs=n_jobs), so a Parallel call inside
+  them runs locally ("threading" or "sequential"), never back into the
+  fleet.
+- ("call", callable): call it with no arguments and answer its value.
+
+The answer is a pickled envelope: (0, value) when the calls returned,
+(1, exception, traceback text) when one raised; then the batch is still ok
+at the broker (it ran to an answer) and the caller re-raises.
+
+Start-up is kept short (a worker started from zero by the autoscaler waits
+for it): this module imports neither joblib nor cloudpickle unless a batch
+needs them (unpickling a by-value function imports cloudpickle by itself).
 """
 
 import pickle
 import sys
 import traceback
-
-import cloudpickle
 
 
 class RemoteError(Exception):
@@ -29,28 +40,49 @@ class RemoteError(Exception):
         return (RemoteError, (self.type_name, self.message))
 
 
-def run(payload):
-    call = pickle.loads(payload)
+def _dumps(obj):
     try:
-        value = call()
-        return cloudpickle.dumps((0, value), protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:   # a lambda or a local class in the value: by value
+        import cloudpickle
+        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _run_calls(items, nested, n_jobs):
+    joblib = sys.modules.get("joblib")
+    if joblib is None or nested is None:
+        return [f(*a, **kw) for f, a, kw in items]
+    with joblib.parallel_backend(nested, n_jobs=n_jobs):
+        return [f(*a, **kw) for f, a, kw in items]
+
+
+def run(payload):
+    """The handler function: payload in, pickled envelope out."""
+    work = pickle.loads(payload)
+    try:
+        if work[0] == "calls":
+            value = _run_calls(work[1], work[2], work[3])
+        elif work[0] == "call":
+            value = work[1]()
+        else:
+            raise ValueError("fleet.calls: unknown payload kind %r" % (work[0],))
+        return _dumps((0, value))
     except Exception as exc:
         tb = traceback.format_exc()
         try:
-            return cloudpickle.dumps((1, exc, tb), protocol=pickle.HIGHEST_PROTOCOL)
+            return _dumps((1, exc, tb))
         except Exception:
-            return cloudpickle.dumps((1, RemoteError(type(exc).__name__, str(exc)), tb),
-                                     protocol=pickle.HIGHEST_PROTOCOL)
+            return _dumps((1, RemoteError(type(exc).__name__, str(exc)), tb))
 
 
 def main(argv=None):
     import argparse
     ap = argparse.ArgumentParser(
         prog="python3 -m fleet.calls",
-        description="Persistent handler for fleet-worker that runs cloudpickled calls "
+        description="Persistent handler for fleet-worker that runs pickled calls "
                     "(what fleet.joblib's backend sends): fleet-worker --handler process "
-                    "--exec \"python3 -m fleet.calls\". Imports in the calls are resolved "
-                    "here, so the worker's Python needs the caller's libraries.")
+                    "--exec \"python3 -m fleet.calls\". The calls' imports are resolved "
+                    "here, so this Python needs the caller's libraries.")
     ap.add_argument("--depth", type=int, default=1,
                     help="batches the worker may queue here at once, 1 to 64 (default 1)")
     args = ap.parse_args(argv)

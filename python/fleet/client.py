@@ -189,7 +189,8 @@ class Client:
             raise ValueError("batch_id must be 1 to %d bytes" % w.MAX_ID_BYTES)
         if self._closing:
             raise ClientClosed("submit() after close()")
-        if threading.current_thread() is self._thread:
+        own = threading.current_thread() is self._thread
+        if own:
             # A done-callback submitting (joblib dispatches the next batch
             # from one): this thread must never wait for itself.
             if not self._room.acquire(blocking=False):
@@ -200,7 +201,8 @@ class Client:
         entry = _Entry(payload, queue or self.queue, future)
         t = self.timeout if timeout is None else timeout
         self._inbox.append((batch_id, entry, None if t is None else time.monotonic() + t))
-        self._wake()
+        if not own:   # our own loop takes the inbox again before it sends
+            self._wake()
         return future
 
     def map(self, payloads, ordered=True, timeout=None, window=1000):
@@ -326,6 +328,7 @@ class Client:
                 self._take_inbox()
                 if events.get(sock, 0) & zmq.POLLIN:
                     self._read(sock)
+                    self._take_inbox()   # what the results' callbacks submitted
                 if mon in events:
                     self._read_monitor(mon)
                 now = time.monotonic()

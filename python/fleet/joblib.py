@@ -7,7 +7,7 @@
         results = joblib.Parallel(n_jobs=-1)(joblib.delayed(f)(x) for x in items)
 
 Each joblib batch of calls (joblib's BatchedCalls) is cloudpickled into one
-fleet batch; a worker running `python3 -m fleet.calls` as its handler
+fleet batch (its calls and the nested backend's name; see fleet.calls); a worker running `python3 -m fleet.calls` as its handler
 unpickles it, runs it and sends back the values, or the exception and its
 traceback. The caller re-raises a remote exception with the remote traceback
 as its cause, and cancels what it has not sent yet (joblib stops dispatching
@@ -196,7 +196,15 @@ class FleetBackend(AutoBatchingMixin, ParallelBackendBase):
     # -- running --
 
     def apply_async(self, func, callback=None):
-        payload = cloudpickle.dumps(func, protocol=pickle.HIGHEST_PROTOCOL)
+        items = getattr(func, "items", None)
+        if items is not None:   # joblib's BatchedCalls: ship the calls only
+            nested = getattr(func, "_backend", None)
+            name = {"ThreadingBackend": "threading", "SequentialBackend": "sequential"}.get(
+                type(nested).__name__, "sequential")
+            work = ("calls", items, name, getattr(func, "_n_jobs", None))
+        else:
+            work = ("call", func)
+        payload = cloudpickle.dumps(work, protocol=pickle.HIGHEST_PROTOCOL)
         future = self._client.submit(payload, timeout=self.timeout)
         job = _Job(future)
         with self._jobs_lock:

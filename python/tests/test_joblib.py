@@ -116,3 +116,14 @@ def test_the_pool_grows_from_zero_for_a_parallel_call_and_returns_to_zero(fleet_
         stop.set()
         t.join()
     assert max(seen) >= 2, seen
+
+
+def test_a_parallel_inside_a_remote_call_runs_there_on_threads(fleet_env):
+    from nested_helpers import nested
+    fleet_env.broker()
+    fleet_env.handler_worker("w1", CALLS)
+    with joblib.parallel_backend("fleet", broker=fleet_env.frontend):
+        [(backend, pid, inner)] = joblib.Parallel(n_jobs=1)([joblib.delayed(nested)(6)])
+    assert backend == "ThreadingBackend"
+    assert pid != os.getpid()
+    assert inner == [pid] * 6     # ran in the handler process itself, not in the fleet

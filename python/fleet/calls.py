@@ -13,15 +13,22 @@ in __main__, closures and lambdas travel by value) of one of:
   fleet.
 - ("call", callable): call it with no arguments and answer its value.
 
-The answer is a pickled envelope: (0, value) when the calls returned,
-(1, exception, traceback text) when one raised; then the batch is still ok
-at the broker (it ran to an answer) and the caller re-raises.
+The answer is a pickled envelope: (0, value) when the calls returned, or
+(1, pickled exception or None, traceback text, type name, message) when
+one raised; then the batch is still ok at the broker (it ran to an answer)
+and the caller re-raises the exception, or a RemoteError with its type name
+and message when it cannot be pickled here or unpickled there.
+
+Run as `python3 -m fleet.calls`, it sets JOBLIB_MULTIPROCESSING=0 (unless
+set), so joblib inside a call never starts processes of its own: a
+Parallel there runs on threads in this handler process.
 
 Start-up is kept short (a worker started from zero by the autoscaler waits
 for it): this module imports neither joblib nor cloudpickle unless a batch
 needs them (unpickling a by-value function imports cloudpickle by itself).
 """
 
+import os
 import pickle
 import sys
 import traceback
@@ -70,9 +77,14 @@ def run(payload):
     except Exception as exc:
         tb = traceback.format_exc()
         try:
-            return _dumps((1, exc, tb))
+            message = str(exc)
         except Exception:
-            return _dumps((1, RemoteError(type(exc).__name__, str(exc)), tb))
+            message = "<%s.__str__ failed>" % type(exc).__name__
+        try:
+            pickled = _dumps(exc)
+        except Exception:
+            pickled = None
+        return _dumps((1, pickled, tb, type(exc).__name__, message))
 
 
 def main(argv=None):
@@ -86,6 +98,8 @@ def main(argv=None):
     ap.add_argument("--depth", type=int, default=1,
                     help="batches the worker may queue here at once, 1 to 64 (default 1)")
     args = ap.parse_args(argv)
+    # Before anything imports joblib: nested Parallel calls use threads here.
+    os.environ.setdefault("JOBLIB_MULTIPROCESSING", "0")
     from fleet.handler import serve
     serve(run, depth=args.depth)
     return 0

@@ -12,9 +12,9 @@ What the broker's rules ask of a producer, and what this one does:
 - reconnects: after every completed handshake but the first, everything
   without a result is sent again (a re-submit is always safe: the broker
   deduplicates by id and re-sends a retained result).
-- silence: a batch sent but not acknowledged, or acknowledged but without a
-  result, for `resend_seconds` is sent again (the broker answers a known id
-  without running it twice).
+- silence: a batch sent but not acknowledged for `resend_seconds` is sent
+  again, one acknowledged but without a result is FETCHed (and sent again
+  if the broker answers "unknown"); the broker never runs a known id twice.
 - a RESULT for an id already finished is dropped (results can come twice).
 """
 
@@ -22,6 +22,7 @@ import collections
 import concurrent.futures
 import heapq
 import itertools
+import logging
 import os
 import threading
 import time
@@ -82,6 +83,20 @@ class _Entry:
         self.errors = 0      # ERROR replies since it was last acknowledged
 
 
+def _check_name(name, what):
+    """A queue name or batch id: a non-empty str of at most 256 bytes of
+    UTF-8 (docs/protocol.md, section 8). Returns it; raises ValueError."""
+    if not isinstance(name, str):
+        raise ValueError("%s must be a str, not %s" % (what, type(name).__name__))
+    try:
+        n = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError("%s %r is not valid UTF-8 text" % (what, name)) from None
+    if not 1 <= n <= w.MAX_ID_BYTES:
+        raise ValueError("%s must be 1 to %d bytes, got %d" % (what, w.MAX_ID_BYTES, n))
+    return name
+
+
 class Client:
     """A connection to fleet-broker's frontend.
 
@@ -114,8 +129,7 @@ class Client:
                  retry_seconds=0.2, resend_seconds=10.0):
         if not isinstance(endpoint, str) or "://" not in endpoint:
             raise ValueError("endpoint must look like tcp://host:port, got %r" % (endpoint,))
-        if len(queue.encode()) > w.MAX_ID_BYTES:
-            raise ValueError("queue name over %d bytes" % w.MAX_ID_BYTES)
+        _check_name(queue or "default", "queue")
         if max_pending < 1:
             raise ValueError("max_pending must be at least 1")
         self.endpoint = endpoint
@@ -133,6 +147,7 @@ class Client:
             self._sock.setsockopt(zmq.RCVHWM, 0)
             self._sock.setsockopt(zmq.SNDHWM, 0)
             w.apply_curve(self._sock, curve)
+            self._curve = curve is not None
             self._monitor = self._sock.get_monitor_socket(
                 zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
                 | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
@@ -144,6 +159,7 @@ class Client:
 
         self._prefix = "py-%s-" % os.urandom(6).hex()
         self._ids = itertools.count()
+        self._seq = itertools.count()       # tie-breaker in the heaps
         self._inbox = collections.deque()   # (id, _Entry) from submit()
         self._room = threading.Semaphore(max_pending)
         self._wake_r, self._wake_w = os.pipe()
@@ -154,7 +170,10 @@ class Client:
         self._close_wait = True
         self._close_deadline = None
         self._closed = False
-        self._overdraft = 0                 # submits past max_pending from our own thread
+        self._dead = None                   # why the I/O thread stopped on its own
+        self._lock = threading.Lock()       # _closing vs the inbox, _overdraft
+        self._close_lock = threading.Lock()
+        self._overdraft = 0                 # submits past max_pending (block=False, callbacks)
 
         # Owned by the I/O thread.
         self._pending = {}                  # id -> _Entry
@@ -170,39 +189,52 @@ class Client:
 
     # ---- the caller's side -------------------------------------------------
 
-    def submit(self, payload, queue=None, batch_id=None, timeout=None):
+    def submit(self, payload, queue=None, batch_id=None, timeout=None, block=True):
         """Queues one batch; returns a Future that resolves to the handler's
         result (bytes), or fails with BatchFailed (reason and text kept).
 
-        Blocks while `max_pending` batches are out. Raises ValueError for a
-        payload that is not bytes or too large, ClientClosed after close()."""
+        `payload` is bytes (or bytearray/memoryview), or str sent as UTF-8.
+        Blocks while `max_pending` batches are out, unless block=False (then
+        the batch is taken anyway: for callers that must not wait, such as
+        a done-callback or code holding a lock a callback needs). Raises
+        TypeError for another payload type, ValueError for a payload over
+        max_payload_bytes or a bad queue or id, ClientClosed after close()
+        (or after the client's thread failed; the error says why)."""
         if isinstance(payload, str):
             payload = payload.encode()
-        elif not isinstance(payload, bytes):
+        elif isinstance(payload, (bytearray, memoryview)):
             payload = bytes(payload)
+        elif not isinstance(payload, bytes):
+            raise TypeError("payload must be bytes or str, not %s" % type(payload).__name__)
         if len(payload) > self.max_payload_bytes:
             raise ValueError("payload of %d bytes is over max_payload_bytes (%d)"
                              % (len(payload), self.max_payload_bytes))
+        queue = self.queue if queue is None else _check_name(queue or "default", "queue")
         if batch_id is None:
             batch_id = self._prefix + str(next(self._ids))
-        elif not batch_id or len(batch_id.encode()) > w.MAX_ID_BYTES:
-            raise ValueError("batch_id must be 1 to %d bytes" % w.MAX_ID_BYTES)
-        if self._closing:
-            raise ClientClosed("submit() after close()")
+        else:
+            _check_name(batch_id, "batch_id")
         own = threading.current_thread() is self._thread
-        if own:
+        if own or not block:
             # A done-callback submitting (joblib dispatches the next batch
             # from one): this thread must never wait for itself.
             if not self._room.acquire(blocking=False):
-                self._overdraft += 1
+                with self._lock:
+                    self._overdraft += 1
         else:
-            self._room.acquire()
+            self._room.acquire()   # close() frees every claim, so this ends
         future = concurrent.futures.Future()
-        entry = _Entry(payload, queue or self.queue, future)
+        entry = _Entry(payload, queue, future)
         t = self.timeout if timeout is None else timeout
-        self._inbox.append((batch_id, entry, None if t is None else time.monotonic() + t))
-        if not own:   # our own loop takes the inbox again before it sends
-            self._wake()
+        with self._lock:
+            # Checked under the lock that close() takes to set _closing, so
+            # nothing enters the inbox after the I/O thread's last look.
+            if self._closing:
+                self._give_back()
+                raise ClientClosed(self._dead or "submit() after close()")
+            self._inbox.append((batch_id, entry, None if t is None else time.monotonic() + t))
+            if not own:   # our own loop takes the inbox again before it sends
+                self._wake()
         return future
 
     def map(self, payloads, ordered=True, timeout=None, window=1000):
@@ -247,6 +279,8 @@ class Client:
                     f = out.popleft()
                     try:
                         r = f.result(left())
+                    except BatchFailed:
+                        raise
                     except concurrent.futures.TimeoutError:
                         raise concurrent.futures.TimeoutError(
                             "map: no result within %s s" % timeout) from None
@@ -269,17 +303,23 @@ class Client:
     def close(self, wait=True, timeout=None):
         """Stops the client. wait=True first waits (at most `timeout` seconds)
         for the batches still out; whatever is left fails with BatchFailed
-        reason "closed". Idempotent."""
-        if self._closed:
-            return
-        self._close_wait = wait
-        self._close_deadline = None if timeout is None else time.monotonic() + timeout
-        self._closing = True
-        self._wake()
-        self._thread.join()
-        self._closed = True
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        reason "closed". Idempotent; not from a done-callback (the client's
+        own thread), where it raises RuntimeError."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("fleet.Client.close() from a done-callback: close it elsewhere")
+        with self._close_lock:
+            if self._closed:
+                return
+            with self._lock:
+                self._close_wait = wait
+                self._close_deadline = None if timeout is None else time.monotonic() + timeout
+                self._closing = True
+                self._wake()
+            self._thread.join()
+            with self._lock:   # no submit() touches the pipe once _closing is set
+                self._closed = True
+                os.close(self._wake_r)
+                os.close(self._wake_w)
 
     def __enter__(self):
         return self
@@ -288,6 +328,13 @@ class Client:
         self.close(wait=exc[0] is None)
 
     # ---- the I/O thread ----------------------------------------------------
+
+    def _give_back(self):
+        # Undoes a submit()'s claim on max_pending (called under _lock).
+        if self._overdraft:
+            self._overdraft -= 1
+        else:
+            self._room.release()
 
     def _wake(self):
         with self._wake_lock:
@@ -333,14 +380,14 @@ class Client:
                     self._read_monitor(mon)
                 now = time.monotonic()
                 while self._retry and self._retry[0][0] <= now:
-                    _, bid = heapq.heappop(self._retry)
+                    _, _, bid, entry = heapq.heappop(self._retry)
                     e = self._pending.get(bid)
-                    if e is not None and e.state == _LOCAL:
+                    if e is entry and e.state == _LOCAL:
                         self._outbox.append(bid)
                 while self._deadlines and self._deadlines[0][0] <= now:
-                    _, bid = heapq.heappop(self._deadlines)
+                    _, _, bid, entry = heapq.heappop(self._deadlines)
                     e = self._pending.get(bid)
-                    if e is not None:
+                    if e is entry:   # not a later batch that re-used the id
                         self._finish(bid, e, BatchTimeout(bid, "timeout",
                                                           "no result in time", 0))
                 if now >= next_scan:
@@ -355,19 +402,23 @@ class Client:
                                    and time.monotonic() >= self._close_deadline)
                     if not self._close_wait or not self._pending or out_of_time:
                         break
+        except BaseException as exc:   # a bug of ours: say so, never leave futures hanging
+            self._dead = "the fleet client's thread failed: %s: %s" % (type(exc).__name__, exc)
+            logging.getLogger("fleet").exception(self._dead)
         finally:
+            with self._lock:
+                self._closing = True
             self._take_inbox()
+            why = self._dead or "the client was closed first"
             for bid, e in list(self._pending.items()):
-                self._finish(bid, e, BatchFailed(bid, "closed", "the client was closed first"))
+                self._finish(bid, e, BatchFailed(bid, "closed", why))
             self._monitor.close(0)
             sock.close(0)
             self._ctx.term()
 
     def _release(self):
-        if self._overdraft:
-            self._overdraft -= 1
-        else:
-            self._room.release()
+        with self._lock:
+            self._give_back()
 
     def _take_inbox(self):
         inbox = self._inbox
@@ -380,7 +431,7 @@ class Client:
             self._pending[bid] = e
             self._outbox.append(bid)
             if deadline is not None:
-                heapq.heappush(self._deadlines, (deadline, bid))
+                heapq.heappush(self._deadlines, (deadline, next(self._seq), bid, e))
             self.stats["submitted"] += 1
 
     def _finish(self, bid, e, error=None, result=None):
@@ -481,7 +532,7 @@ class Client:
             if code == w.QUEUE_FULL:
                 self.stats["queue_full"] += 1
                 e.state = _LOCAL
-                heapq.heappush(self._retry, (now + self._retry_s, rid))
+                heapq.heappush(self._retry, (now + self._retry_s, next(self._seq), rid, e))
             else:
                 self._finish(rid, e, BatchFailed(rid, "rejected",
                                                  "%s: %s" % (w.code_name(code), text)))
@@ -500,7 +551,7 @@ class Client:
                                                  % (w.code_name(code), text)))
             else:
                 e.state = _LOCAL
-                heapq.heappush(self._retry, (when, rid))
+                heapq.heappush(self._retry, (when, next(self._seq), rid, e))
 
     def _read_monitor(self, mon):
         while True:
@@ -518,9 +569,11 @@ class Client:
                         if e.state != _LOCAL:
                             e.state = _LOCAL
                             self._outbox.append(rid)
-            else:
-                # A refused CURVE handshake is not going to succeed on retry:
-                # fail what waits rather than leave it hanging.
+            elif self._curve and kind != zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                # A refused CURVE handshake (a key not on the list, or a
+                # broker without CURVE) is not going to succeed on retry:
+                # fail what waits rather than leave it hanging. NO_DETAIL is
+                # a connection that ended mid-handshake (a broker restart).
                 self.auth_error = ("authentication failed: the broker at %s refused this "
                                    "client's handshake (event %d; check the CURVE keys)"
                                    % (self.endpoint, kind))

@@ -17,6 +17,7 @@ stdin (the worker is stopping).
 import os
 import struct
 import sys
+import time
 import traceback
 
 import msgpack
@@ -38,8 +39,15 @@ def current_batch():
 def error_text(exc):
     """"Type: message", then the traceback, within the worker's 8 KiB: the
     first line is kept whole and the traceback keeps its innermost end."""
-    head = "%s: %s" % (type(exc).__name__, exc)
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        message = str(exc)
+    except Exception:   # an exception whose __str__ fails still fails its batch
+        message = "<%s.__str__ failed>" % type(exc).__name__
+    head = "%s: %s" % (type(exc).__name__, message)
+    try:
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:
+        tb = ""
     text = head + "\n" + tb
     raw = text.encode("utf-8", "replace")
     if len(raw) <= MAX_ERROR_BYTES:
@@ -135,7 +143,7 @@ class _Pipes:
             self.buf += chunk
 
 
-def serve(fn, depth=1):
+def serve(fn, depth=1, _fds=None):
     """Runs `fn(payload: bytes) -> bytes` for every batch fleet-worker sends,
     until the worker closes stdin; returns then (exit status 0 is yours to
     give). Must be called in a process started by
@@ -145,17 +153,31 @@ def serve(fn, depth=1):
     64) lets the worker queue that many batches at this handler at once
     (with fleet-worker's --prefetch): worth it for batches of microseconds
     to milliseconds; keep 1 for long or uneven ones."""
-    global _current
     if not 1 <= depth <= 64:
         raise ValueError("depth must be 1 to 64")
-    fin, fout = _take_pipes()
+    fin, fout = _fds if _fds is not None else _take_pipes()
     pipes = _Pipes(fin, fout)
     pipes.send(["ready", PROTOCOL_VERSION] if depth == 1 else ["ready", PROTOCOL_VERSION, depth])
     pipes.flush()
+    try:
+        _loop(fn, depth, pipes)
+    finally:
+        pipes.flush()   # answers held back still go out, even on SystemExit
+
+
+# With a depth, answers wait while more frames are buffered, but never
+# longer than this: the worker's --batch-timeout keeps counting for a batch
+# whose answer is held, and a result should not wait for slow neighbours.
+_HOLD_SECONDS = 0.002
+
+
+def _loop(fn, depth, pipes):
+    global _current
+    held_since = None   # when the oldest answer not yet written was made
+    last_took = 0.0
     while True:
         body = pipes.read()
         if body is None:
-            pipes.flush()
             return
         msg = msgpack.unpackb(body, raw=False, unicode_errors="surrogateescape")
         if not (isinstance(msg, list) and msg and isinstance(msg[0], str)):
@@ -167,6 +189,10 @@ def serve(fn, depth=1):
         if isinstance(payload, str):
             payload = payload.encode("utf-8", "surrogateescape")
         _current = (batch_id, attempt, queue)
+        if held_since is not None and last_took >= _HOLD_SECONDS:
+            pipes.flush()   # batches are slow now: don't keep answers waiting
+            held_since = None
+        started = time.monotonic()
         try:
             result = _as_bytes(fn(payload))
         except Exception as exc:  # the batch fails, the handler lives on
@@ -175,11 +201,18 @@ def serve(fn, depth=1):
             print("fleet.serve: batch %s failed: %s" % (batch_id, text.splitlines()[0]),
                   file=sys.stderr, flush=True)
             pipes.send(["error", batch_id, text])
+            pipes.flush()   # failures are rare: no reason to hold them
+            held_since = None
             continue
         _current = None
         pipes.send(["ok", batch_id, result])
-        if depth == 1:
+        now = time.monotonic()
+        last_took = now - started
+        if held_since is None:
+            held_since = now
+        if depth == 1 or now - held_since >= _HOLD_SECONDS:
             pipes.flush()
+            held_since = None
 
 
 def _load(spec):
@@ -213,8 +246,11 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if os.isatty(0):
         ap.error("stdin is a terminal: this runs under fleet-worker --handler process --exec")
+    # The frame pipes first: whatever the module prints while it loads goes
+    # to stderr, not into the frames ahead of "ready".
+    fds = _take_pipes()
     fn = _load(args.function)
-    serve(fn, depth=args.depth)
+    serve(fn, depth=args.depth, _fds=fds)
     return 0
 
 

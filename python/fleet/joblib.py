@@ -22,6 +22,8 @@ of the process, so the second Parallel call finds the connection warm.
 """
 
 import atexit
+import concurrent.futures
+import logging
 import os
 import pickle
 import threading
@@ -82,7 +84,15 @@ def _decode(data):
                                  % (type(exc).__name__, exc))
     if env[0] == 0:
         return env[1], None
-    exc, tb = env[1], env[2]
+    _, pickled, tb, type_name, message = env
+    exc = None
+    if pickled is not None:
+        try:
+            exc = pickle.loads(pickled)
+        except Exception:
+            exc = None
+    if not isinstance(exc, BaseException):
+        exc = RemoteError(type_name, message)
     exc.__cause__ = RemoteTraceback(tb)
     return None, exc
 
@@ -122,10 +132,11 @@ class FleetBackend(AutoBatchingMixin, ParallelBackendBase):
         --max), and slots_per_worker their --concurrency: n_jobs=-1 means
         max_workers * slots_per_worker. Without max_workers (or
         FLEET_MAX_WORKERS), n_jobs=-1 asks the broker's control endpoint
-        (`control`, by default the frontend's port + 2) for the slots of
-        the registered workers; with none registered it is 1, which makes
-        joblib queue every call at once, so the autoscaler sees the whole
-        backlog and sizes the pool.
+        (`control`, by default the frontend's port + 2; with CURVE on, give
+        `control_curve`, a key listed in the broker's --curve-control, or
+        max_workers) for the slots of the registered workers; with none
+        registered it is 1, which makes joblib queue every call at once, so
+        the autoscaler sees the whole backlog and sizes the pool.
     timeout: seconds a batch may wait for its result (default: none);
         Parallel(timeout=...) also works.
     """
@@ -134,7 +145,7 @@ class FleetBackend(AutoBatchingMixin, ParallelBackendBase):
     supports_sharedmem = False
     uses_threads = False
 
-    def __init__(self, broker=None, queue="default", curve=None, control=None,
+    def __init__(self, broker=None, queue="default", curve=None, control=None, control_curve=None,
                  max_workers=None, slots_per_worker=1, timeout=None,
                  nesting_level=None, inner_max_num_threads=None, **kwargs):
         super().__init__(nesting_level=nesting_level,
@@ -143,6 +154,7 @@ class FleetBackend(AutoBatchingMixin, ParallelBackendBase):
         self.queue = queue
         self.curve = curve
         self.control = control or _wire.control_endpoint_for(self.broker)
+        self.control_curve = control_curve
         env_max = os.environ.get("FLEET_MAX_WORKERS")
         self.max_workers = max_workers if max_workers is not None else (
             int(env_max) if env_max else None)
@@ -164,7 +176,7 @@ class FleetBackend(AutoBatchingMixin, ParallelBackendBase):
         if cached is not None and now < cached[0]:
             return cached[1]
         try:
-            ws = _control.workers(self.control, timeout=1.0, curve=self.curve)
+            ws = _control.workers(self.control, timeout=1.0, curve=self.control_curve)
             n = max(1, sum(w["slots"] for w in ws if w["state"] != "retiring"))
             _asked[self.control] = (now + 2.0, n)   # a Parallel call in a loop asks once
         except Exception as exc:
@@ -204,8 +216,20 @@ class FleetBackend(AutoBatchingMixin, ParallelBackendBase):
             work = ("calls", items, name, getattr(func, "_n_jobs", None))
         else:
             work = ("call", func)
-        payload = cloudpickle.dumps(work, protocol=pickle.HIGHEST_PROTOCOL)
-        future = self._client.submit(payload, timeout=self.timeout)
+        try:
+            payload = cloudpickle.dumps(work, protocol=pickle.HIGHEST_PROTOCOL)
+            # Never block: joblib calls this holding Parallel's lock, which
+            # the result callbacks (on the client's thread) need too.
+            future = self._client.submit(payload, timeout=self.timeout, block=False)
+        except Exception as exc:
+            # Called from a result callback for every batch after the first
+            # few, where an exception would vanish: hand it to joblib as
+            # this batch's outcome instead, so Parallel raises it.
+            future = concurrent.futures.Future()
+            future.set_result(None)
+            job = _Job(future)
+            job.decoded, job.error = True, exc
+            return job
         job = _Job(future)
         with self._jobs_lock:
             self._jobs.add(future)
@@ -217,7 +241,10 @@ class FleetBackend(AutoBatchingMixin, ParallelBackendBase):
                 return
             job.settle()
             if job.error is None:
-                callback(job.value)
+                try:
+                    callback(job.value)
+                except Exception:   # joblib's own; logged, not lost silently
+                    logging.getLogger("fleet").exception("joblib's batch callback failed")
 
         future.add_done_callback(done)
         return job
@@ -231,8 +258,9 @@ class FleetBackend(AutoBatchingMixin, ParallelBackendBase):
             f.cancel()
 
     def terminate(self):
-        # The client stays open for the next Parallel call (warm start).
-        pass
+        # The client stays open for the next Parallel call (warm start); the
+        # batch size learnt for this call's function is not the next one's.
+        self.reset_batch_stats()
 
 
 def register():

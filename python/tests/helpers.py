@@ -33,3 +33,22 @@ def maybe_fail(x, bad, marker_dir=None):
     if x == bad:
         raise KeyError("call %d failed on purpose" % x)
     return x
+
+
+def lazy_nested(n):
+    """Imports joblib only when called (after the handler started)."""
+    import joblib
+    backend = type(joblib.parallel.get_active_backend()[0]).__name__
+    return backend, os.getpid(), joblib.Parallel(n_jobs=2)(
+        joblib.delayed(os.getpid)() for _ in range(n))
+
+
+class PickyError(Exception):
+    """Pickles, but cannot be unpickled (its __init__ takes two arguments)."""
+
+    def __init__(self, a, b):
+        super().__init__("picky %s %s" % (a, b))
+
+
+def raise_picky(x):
+    raise PickyError(x, "two")

@@ -81,11 +81,14 @@ def test_rejected_batches_keep_the_brokers_reason(fleet_env):
 
 
 def test_batches_survive_a_broker_restart(fleet_env):
+    from fleet import control
     ports = [free_port() for _ in range(3)]
     broker = fleet_env.broker(ports=ports)
-    with fleet.Client(fleet_env.frontend) as c:
+    # resend_seconds far away: only the re-submit on reconnect can save them.
+    with fleet.Client(fleet_env.frontend, resend_seconds=1000) as c:
         futures = [c.submit(b"r%d" % i) for i in range(20)]
-        wait_for(lambda: c.stats["submitted"] == 20)
+        wait_for(lambda: control.stats(fleet_env.control)[1].get("submitted") == 20,
+                 what="the broker to hold the 20 batches")
         # An in-memory broker forgets everything; the client sends the
         # batches again once its new connection's handshake completes.
         broker.stop()
@@ -139,3 +142,26 @@ def test_curve_client_gets_in_and_a_stranger_is_told_authentication_failed(fleet
     with pytest.raises(ValueError, match="no secret key"):
         fleet.Client(fleet_env.frontend, curve={"server_key": keys["broker"] + ".pub",
                                                "key": keys["producer"] + ".pub"})
+
+
+def test_a_module_that_prints_while_it_loads_still_works_as_a_handler(fleet_env):
+    fleet_env.broker()
+    w = fleet_env.handler_worker("w1", ["-m", "fleet.handler", "noisy_helpers:work"])
+    with fleet.Client(fleet_env.frontend, timeout=30) as c:
+        assert c.submit(b"abc").result() == b"cba"
+    assert "protocol error" not in w.text()
+    assert "hello from noisy_helpers" in w.text()   # logged from stderr instead
+
+
+def test_bad_arguments_are_refused_and_the_client_goes_on(fleet_env):
+    fleet_env.broker()
+    fleet_env.worker("w1", "--handler", "echo")
+    with fleet.Client(fleet_env.frontend) as c:
+        with pytest.raises(TypeError):
+            c.submit(5)
+        for bad in ("\udcff", "q" * 300, b"q"):
+            with pytest.raises(ValueError):
+                c.submit(b"x", queue=bad)
+        with pytest.raises(ValueError):
+            c.submit(b"x", batch_id="")
+        assert c.submit(bytearray(b"still fine")).result(20) == b"still fine"

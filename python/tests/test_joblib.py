@@ -9,7 +9,7 @@ import pytest
 
 import fleet.joblib
 from conftest import BIN, PYTHON, wait_for
-from helpers import maybe_fail, slow_square, square
+from helpers import lazy_nested, maybe_fail, raise_picky, slow_square, square
 
 fleet.joblib.register()
 CALLS = ["-m", "fleet.calls"]
@@ -106,9 +106,11 @@ def test_the_pool_grows_from_zero_for_a_parallel_call_and_returns_to_zero(fleet_
     t.start()
     try:
         assert fleet_env.workers() == []
-        with joblib.parallel_backend("fleet", broker=fleet_env.frontend, max_workers=3,
-                                     timeout=120):
-            out = joblib.Parallel(n_jobs=-1, batch_size=1)(
+        # As the README shows it: n_jobs=-1 with no worker registered asks the
+        # broker, gets 1, and joblib queues every call at once.
+        with joblib.parallel_backend("fleet", broker=fleet_env.frontend,
+                                     control=fleet_env.control, timeout=120):
+            out = joblib.Parallel(n_jobs=-1)(
                 joblib.delayed(slow_square)(i, 0.2) for i in range(20))
         assert out == [i * i for i in range(20)]    # no call lost
         wait_for(lambda: fleet_env.workers() == [], 60, "the pool to go back to zero")
@@ -127,3 +129,34 @@ def test_a_parallel_inside_a_remote_call_runs_there_on_threads(fleet_env):
     assert backend == "ThreadingBackend"
     assert pid != os.getpid()
     assert inner == [pid] * 6     # ran in the handler process itself, not in the fleet
+
+
+def test_a_call_that_imports_joblib_itself_still_runs_its_parallel_on_threads(fleet_env):
+    fleet_env.broker()
+    fleet_env.handler_worker("w1", CALLS)
+    with joblib.parallel_backend("fleet", broker=fleet_env.frontend):
+        [(backend, pid, inner)] = joblib.Parallel(n_jobs=1)([joblib.delayed(lazy_nested)(4)])
+    assert backend != "LokyBackend"
+    assert inner == [pid] * 4
+
+
+def test_an_argument_that_cannot_be_pickled_raises_even_from_a_later_batch(fleet_env):
+    import threading as th
+    fleet_env.broker()
+    fleet_env.handler_worker("w1", CALLS, "--concurrency", "2")
+    args = list(range(20))
+    args[15] = th.Lock()   # dispatched from a result callback, not the main thread
+    with joblib.parallel_backend("fleet", broker=fleet_env.frontend):
+        with pytest.raises(TypeError, match="lock"):
+            joblib.Parallel(n_jobs=2, batch_size=1)(joblib.delayed(id)(a) for a in args)
+
+
+def test_an_exception_that_cannot_be_unpickled_keeps_its_type_message_and_traceback(fleet_env):
+    fleet_env.broker()
+    fleet_env.handler_worker("w1", CALLS)
+    with joblib.parallel_backend("fleet", broker=fleet_env.frontend):
+        with pytest.raises(fleet.joblib.RemoteError) as info:
+            joblib.Parallel(n_jobs=1)([joblib.delayed(raise_picky)(7)])
+    assert info.value.type_name == "PickyError"
+    assert "picky 7 two" in str(info.value)
+    assert "raise_picky" in info.value.__cause__.tb

@@ -462,9 +462,16 @@ class Client:
                     del pending[bid]
                     self._release()
                     continue
+                if e.errors and batches:
+                    # It drew an ERROR: it travels alone, so one bad batch
+                    # cannot fail the ones it was sent with.
+                    out.appendleft(bid)
+                    break
                 batches.append([bid, e.queue, e.payload])
                 ids.append(bid)
                 size += len(e.payload)
+                if e.errors:
+                    break
             if not batches:
                 break
             try:

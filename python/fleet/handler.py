@@ -45,7 +45,13 @@ def error_text(exc):
         message = "<%s.__str__ failed>" % type(exc).__name__
     head = "%s: %s" % (type(exc).__name__, message)
     try:
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        # The traceback without its last line, which would repeat `head`
+        # (a long message would then fill the room meant for the frames).
+        lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        only = traceback.format_exception_only(type(exc), exc)
+        if lines[-len(only):] == only:
+            lines = lines[:-len(only)]
+        tb = "".join(lines)
     except Exception:
         tb = ""
     text = head + "\n" + tb

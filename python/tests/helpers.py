@@ -52,3 +52,14 @@ class PickyError(Exception):
 
 def raise_picky(x):
     raise PickyError(x, "two")
+
+
+def whoami(payload):
+    """Answers the running batch's (id, attempt, queue) as text."""
+    import fleet
+    bid, attempt, queue = fleet.current_batch()
+    return ("%s|%d|%s" % (bid, attempt, queue)).encode("utf-8", "surrogateescape")
+
+
+def long_failure(payload):
+    raise RuntimeError("x" * 20000)

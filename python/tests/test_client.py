@@ -1,6 +1,7 @@
 """fleet.Client and fleet.serve against a real fleet-broker and fleet-worker."""
 
 import concurrent.futures
+import time
 import subprocess
 
 import pytest
@@ -165,3 +166,42 @@ def test_bad_arguments_are_refused_and_the_client_goes_on(fleet_env):
         with pytest.raises(ValueError):
             c.submit(b"x", batch_id="")
         assert c.submit(bytearray(b"still fine")).result(20) == b"still fine"
+
+
+def test_serve_gives_back_ids_that_are_not_utf8_and_names_the_running_batch(fleet_env):
+    """Another producer may pick any bytes as an id; the handler answers with
+    exactly those bytes (docs/handler-protocol.md: ids are bytes)."""
+    import msgpack
+    import zmq
+    fleet_env.broker()
+    fleet_env.handler_worker("w1", ["-m", "fleet.handler", "helpers:whoami"])
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(fleet_env.frontend)
+    bad_id = b"id-\xff\xfe"
+    raw = msgpack.Packer(use_bin_type=False)   # bytes packed as msgpack str
+    s.send(raw.pack([1, 1, [[bad_id, b"q1", b"p"]]]))
+    result = None
+    deadline = time.monotonic() + 20
+    while result is None and time.monotonic() < deadline:
+        if s.poll(200):
+            msg = msgpack.unpackb(s.recv(), raw=True)
+            if msg[1] == 3:
+                result = msg[2][0]
+    s.close()
+    assert result is not None, "no RESULT"
+    assert result[0] == bad_id and result[1] == 0
+    assert result[3] == bad_id + b"|1|q1"
+
+
+def test_an_error_text_over_8_kib_keeps_its_first_line_and_the_innermost_frames(fleet_env):
+    fleet_env.broker()
+    fleet_env.handler_worker("w1", ["-m", "fleet.handler", "helpers:long_failure"])
+    with fleet.Client(fleet_env.frontend, timeout=30) as c:
+        with pytest.raises(fleet.BatchFailed) as info:
+            c.submit(b"x").result()
+    text = info.value.error
+    assert text.startswith("RuntimeError: xxxx")
+    assert len(text.encode()) <= 8192
+    assert "(cut)" in text and "in long_failure" in text

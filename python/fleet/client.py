@@ -174,6 +174,7 @@ class Client:
         self._lock = threading.Lock()       # _closing vs the inbox, _overdraft
         self._close_lock = threading.Lock()
         self._overdraft = 0                 # submits past max_pending (block=False, callbacks)
+        self._purge = False                 # forget_cancelled() was called
 
         # Owned by the I/O thread.
         self._pending = {}                  # id -> _Entry
@@ -297,8 +298,21 @@ class Client:
                 fill()
                 yield r
         finally:
-            for f in out:
-                f.cancel()
+            if out:
+                for f in out:
+                    f.cancel()
+                self.forget_cancelled()
+
+    def forget_cancelled(self):
+        """Asks the client's thread to drop the batches whose futures were
+        cancelled (Future.cancel()) now, rather than at its next periodic
+        scan, so they stop counting against max_pending and close(wait=True)
+        does not wait for them. A batch already at the broker still runs
+        there (the protocol has no cancel); its result is dropped."""
+        self._purge = True
+        with self._lock:
+            if not self._closing:
+                self._wake()
 
     def close(self, wait=True, timeout=None):
         """Stops the client. wait=True first waits (at most `timeout` seconds)
@@ -390,6 +404,12 @@ class Client:
                     if e is entry:   # not a later batch that re-used the id
                         self._finish(bid, e, BatchTimeout(bid, "timeout",
                                                           "no result in time", 0))
+                if self._purge:
+                    self._purge = False
+                    for bid, e in list(self._pending.items()):
+                        if e.future.cancelled():
+                            del self._pending[bid]
+                            self._release()
                 if now >= next_scan:
                     self._scan(now)
                     next_scan = now + self._resend_s / 2

@@ -256,6 +256,8 @@ class FleetBackend(AutoBatchingMixin, ParallelBackendBase):
             jobs, self._jobs = self._jobs, set()
         for f in jobs:
             f.cancel()
+        if self._client is not None:
+            self._client.forget_cancelled()
 
     def terminate(self):
         # The client stays open for the next Parallel call (warm start); the

@@ -3,6 +3,7 @@
 import concurrent.futures
 import time
 import subprocess
+import threading
 
 import pytest
 
@@ -205,3 +206,19 @@ def test_an_error_text_over_8_kib_keeps_its_first_line_and_the_innermost_frames(
     assert text.startswith("RuntimeError: xxxx")
     assert len(text.encode()) <= 8192
     assert "(cut)" in text and "in long_failure" in text
+
+
+def test_cancelled_batches_stop_counting_against_max_pending(fleet_env):
+    fleet_env.broker()   # no worker: nothing ever finishes
+    # resend_seconds far away: only forget_cancelled() can give the room back.
+    with fleet.Client(fleet_env.frontend, max_pending=4, resend_seconds=1000) as c:
+        futures = [c.submit(b"f%d" % i) for i in range(4)]
+        for f in futures:
+            assert f.cancel()
+        c.forget_cancelled()
+        got = []
+        t = threading.Thread(target=lambda: got.append(c.submit(b"next")))
+        t.start()
+        t.join(20)
+        assert got, "submit() still blocked by cancelled batches"
+        c.close(wait=False)

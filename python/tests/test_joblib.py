@@ -57,7 +57,13 @@ def test_a_failing_call_reraises_with_the_remote_traceback_and_stops_the_rest(fl
     assert "maybe_fail" in cause.tb and "helpers.py" in cause.tb
     assert "Traceback (most recent call last)" in str(cause)
     # joblib stopped dispatching at the failure: most calls never ran.
-    time.sleep(0.5)   # let anything already queued at the broker finish
+    # Let what was already queued at the broker finish before counting.
+    from fleet import control
+
+    def drained():
+        counters = control.stats(fleet_env.control)[1]
+        return counters.get("queued", 1) == 0 and counters.get("inflight", 1) == 0
+    wait_for(drained, what="the broker to run what it had queued")
     ran = len(os.listdir(markers))
     assert 4 <= ran < n // 2, ran
     # The backend is still usable after the abort.

@@ -46,6 +46,8 @@ struct Batch {
   BatchState state = BatchState::kQueued;
   TimePoint enqueued_at;
   TimePoint dispatched_at;
+  // Durable mode: the journal segment holding its accepted record.
+  std::uint64_t journal_segment = 0;
 
   // When it was added: 1, 2, ... (the order of acceptance).
   std::uint64_t order() const { return order_; }

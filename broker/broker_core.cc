@@ -173,6 +173,13 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
       out.accepted.emplace_back(item.id);
       continue;
     }
+    if (journal_ != nullptr && !journal_->accepting()) {
+      ++counters_.rejected_disk_full;
+      Reject(identity, item.id, ErrorCode::kDiskFull,
+             "the broker cannot write its journal (" + ErrnoText(journal_->problem_errno()) +
+                 "); it accepts again by itself once it can: retry later");
+      continue;
+    }
     if (batches_.queued() >= options_.max_queue) {
       ++counters_.rejected_queue_full;
       Reject(identity, item.id, ErrorCode::kQueueFull,
@@ -199,7 +206,10 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
       continue;
     }
     BatchSeq seq = batches_.Add(item.id, queue, item.payload, identity, now);
-    if (journal_ != nullptr) JournalAccepted(*batches_.Get(seq), *journal_);
+    if (journal_ != nullptr) {
+      JournalAccepted(*batches_.Get(seq));
+      uncommitted_.push_back(seq);
+    }
     ++counters_.submitted;
     out.accepted.emplace_back(item.id);
   }
@@ -426,7 +436,7 @@ void BrokerCore::Complete(const proto::DoneItem& item, Worker* reporter, TimePoi
     ++counters_.completed_failed;
   }
   Out(b->owner).results.emplace_back(b->id, results_.Put(b->id, r));
-  JournalFinished(b->id);
+  JournalFinished(*b);
   batches_.Erase(*seq);
 }
 
@@ -436,15 +446,21 @@ void BrokerCore::FinishFailed(BatchSeq seq, std::string error, TimePoint now) {
   Out(b->owner).results.emplace_back(
       b->id, results_.Put(b->id, StoredResult{proto::Outcome::kFailed, b->attempts, "",
                                               error, now}));
-  JournalFinished(b->id);
+  JournalFinished(*b);
   batches_.Erase(seq);
 }
 
 // ---- journal (record format: broker/journal_records.h) ----
 
-void BrokerCore::JournalAccepted(const Batch& b, Journal& journal) const {
+void BrokerCore::JournalAccepted(Batch& b) {
   records::EncodeAccepted(&journal_scratch_, b.id, b.queue, b.payload);
-  journal.Append(records::kAccepted, journal_scratch_);
+  journal_->Append(records::kAccepted, journal_scratch_);
+  b.journal_segment = journal_->active_segment();
+  journal_->AddLive(b.journal_segment, JournalBytes(b));
+}
+
+std::uint64_t BrokerCore::JournalBytes(const Batch& b) {
+  return Journal::RecordBytes(records::AcceptedBytes(b.id, b.queue, b.payload));
 }
 
 void BrokerCore::JournalDispatched(const Batch& b, Journal& journal) const {
@@ -453,20 +469,66 @@ void BrokerCore::JournalDispatched(const Batch& b, Journal& journal) const {
   journal.Append(records::kDispatched, journal_scratch_, /*must_sync=*/false);
 }
 
-void BrokerCore::JournalFinished(std::string_view id) {
+void BrokerCore::JournalFinished(const Batch& b) {
+  if (journal_ == nullptr) return;
   // Not synced on its own: lost in a crash, the batch only runs again.
-  if (journal_ != nullptr) journal_->Append(records::kFinished, id, /*must_sync=*/false);
+  journal_->Append(records::kFinished, b.id, /*must_sync=*/false);
+  journal_->RemoveLive(b.journal_segment, JournalBytes(b));
 }
 
-void BrokerCore::Restore(std::uint8_t type, std::string_view body, TimePoint now) {
+void BrokerCore::AfterCommit(Journal::CommitResult result, TimePoint now) {
+  if (result == Journal::CommitResult::kRefused) {
+    spdlog::warn("journal: {} batches accepted this turn did not reach the disk: refused "
+                 "with disk_full (their producers send them again)",
+                 uncommitted_.size());
+    for (BatchSeq seq : uncommitted_) TakeBack(seq, now);
+  }
+  uncommitted_.clear();
+}
+
+void BrokerCore::TakeBack(BatchSeq seq, TimePoint now) {
+  Batch* b = batches_.Get(seq);
+  if (b == nullptr) return;
+  if (b->state == BatchState::kRunning) {
+    // Assigned this turn, not sent yet (the loop sends after the commit).
+    if (Worker* w = workers_.Find(b->worker)) {
+      std::erase(w->outgoing, seq);
+      ++w->credit;
+      Release(*w, seq, now);
+      workers_.MarkReady(*w);
+    }
+  }
+  const std::string id(b->id);
+  Outbox::ProducerOut& out = Out(b->owner);
+  std::erase(out.accepted, id);
+  journal_->RemoveLive(b->journal_segment, JournalBytes(*b));
+  --counters_.submitted;
+  ++counters_.rejected_disk_full;
+  batches_.Erase(seq);
+  out.rejected.push_back({id, ErrorCode::kDiskFull,
+                          "the broker could not write its journal (" +
+                              ErrnoText(journal_->problem_errno()) + "): retry later"});
+}
+
+std::vector<std::string> BrokerCore::LiveIds(std::uint64_t upto) const {
+  std::vector<std::string> ids;
+  for (const Batch* b : batches_.InOrder()) {
+    if (b->journal_segment <= upto) ids.emplace_back(b->id);
+  }
+  return ids;
+}
+
+void BrokerCore::Restore(std::uint64_t segment, std::uint8_t type, std::string_view body,
+                         TimePoint now) {
   if (type == records::kAccepted) {
     const auto a = records::DecodeAccepted(body);
     if (!a) throw JournalError("journal: unreadable accepted-batch record");
     // A batch can appear twice (a compaction cut short by a crash): once
     // is enough. Its producer is unknown until it re-sends or fetches.
     if (!batches_.FindId(a->id)) {
-      batches_.Add(a->id, a->queue.empty() ? std::string_view("default") : a->queue, a->payload,
-                   "", now);
+      const BatchSeq seq = batches_.Add(
+          a->id, a->queue.empty() ? std::string_view("default") : a->queue, a->payload, "", now);
+      batches_.Get(seq)->journal_segment = segment;
     }
   } else if (type == records::kFinished) {
     if (auto seq = batches_.FindId(body)) batches_.Erase(*seq);
@@ -481,14 +543,10 @@ void BrokerCore::Restore(std::uint8_t type, std::string_view body, TimePoint now
   }
 }
 
-void BrokerCore::Snapshot(Journal& journal) const {
-  for (const Batch* b : batches_.InOrder()) {
-    JournalAccepted(*b, journal);
-    if (b->attempts > 0) JournalDispatched(*b, journal);
-  }
-}
-
 std::size_t BrokerCore::FinishRestore(TimePoint now) {
+  if (journal_ != nullptr) {
+    for (const Batch* b : batches_.InOrder()) journal_->AddLive(b->journal_segment, JournalBytes(*b));
+  }
   // A batch that was running its last attempt when the broker stopped has
   // used them all, as if its worker had died: dead-letter it now. Its
   // producer fetches the result.
@@ -506,7 +564,7 @@ std::size_t BrokerCore::FinishRestore(TimePoint now) {
                                      "dead-lettered after " + std::to_string(b->attempts) +
                                          " attempts; the broker stopped during the last",
                                      now});
-    JournalFinished(b->id);
+    JournalFinished(*b);
     batches_.Erase(seq);
   }
   return exhausted.size();

@@ -120,18 +120,28 @@ class BrokerCore {
 
   // Durable mode: every accepted batch and every finished one is appended
   // to `journal` (the loop commits it before it flushes the Outbox, so no
-  // producer hears "accepted" before the batch is on disk). Null: in memory.
+  // producer hears "accepted" before the batch is on disk), and the journal
+  // is told which segment holds each unfinished batch. While the journal
+  // cannot be written, new batches are refused with disk_full; everything
+  // else goes on. Null: in memory.
   void SetJournal(Journal* journal) { journal_ = journal; }
-  // Replay of one journal record at start (before SetJournal). Throws
-  // JournalError on a record it cannot read.
-  void Restore(std::uint8_t type, std::string_view body, TimePoint now);
-  // After the replay and SetJournal: dead-letters every batch whose attempts
-  // the replay found used up (it was on its last when the broker stopped).
-  // Returns how many.
+  const Journal* journal() const { return journal_; }
+  // Replay of one journal record (from `segment`) at start, before
+  // SetJournal. Throws JournalError on a record it cannot read.
+  void Restore(std::uint64_t segment, std::uint8_t type, std::string_view body, TimePoint now);
+  // After the replay and SetJournal: tells the journal where the restored
+  // batches are, and dead-letters every batch whose attempts the replay
+  // found used up (it was on its last when the broker stopped). Returns how
+  // many were dead-lettered.
   std::size_t FinishRestore(TimePoint now);
-  // Compaction: the records that bring back every batch not yet finished,
-  // with its attempts so far.
-  void Snapshot(Journal& journal) const;
+  // The loop committed the journal with `result`. kRefused: the batches
+  // accepted since the last commit are not on disk; they are taken back
+  // (from the queue, or from the worker they were assigned to but not yet
+  // sent to) and refused with disk_full, so their producers send them again.
+  void AfterCommit(Journal::CommitResult result, TimePoint now);
+  // Ids of the unfinished batches accepted in journal segments <= `upto`
+  // (what a compaction keeps).
+  std::vector<std::string> LiveIds(std::uint64_t upto) const;
 
 
   Outbox& outbox() { return outbox_; }
@@ -198,9 +208,13 @@ class BrokerCore {
   BucketCounts wait_seconds_{LatencyBuckets()};
   BucketCounts processing_seconds_{LatencyBuckets()};
   Outbox outbox_;
-  void JournalAccepted(const Batch& b, Journal& journal) const;
-  void JournalFinished(std::string_view id);
+  void JournalAccepted(Batch& b);
+  // Appends the batch's finished record and releases its accepted one.
+  void JournalFinished(const Batch& b);
   void JournalDispatched(const Batch& b, Journal& journal) const;
+  static std::uint64_t JournalBytes(const Batch& b);
+  // Takes back a batch whose accepted record did not reach the disk.
+  void TakeBack(BatchSeq seq, TimePoint now);
 
   // wait-demand requests not answered yet: each is answered when a batch
   // waits in a queue, or with "no demand" once its deadline has passed.
@@ -213,6 +227,7 @@ class BrokerCore {
 
   Journal* journal_ = nullptr;
   mutable std::string journal_scratch_;  // reused record buffer
+  std::vector<BatchSeq> uncommitted_;    // accepted since the last commit
   std::uint64_t bad_input_logged_ = 0;
 };
 

@@ -89,17 +89,42 @@ void BrokerMetrics::UpdateJournal(const JournalStats& s) {
                               "fdatasync calls (turns that accepted batches)");
     journal_->bytes = counter("fleet_journal_bytes_total", "Bytes appended to the journal");
     journal_->compactions = counter("fleet_journal_compactions_total",
-                                    "Journal compactions (live batches rewritten)");
+                                    "Journal compactions (live batches copied off the loop)");
     journal_->replayed = &BuildGauge().Name("fleet_journal_replayed_records")
                               .Help("Records replayed from the journal at start")
                               .Register(registry_).Add({});
+    journal_->deleted = counter("fleet_journal_segments_deleted_total",
+                                "Journal segments deleted because every batch in them finished");
+    journal_->compaction_failures =
+        counter("fleet_journal_compaction_failures_total",
+                "Compactions that failed (the segments stay as they were; tried again later)");
+    journal_->refused = counter("fleet_journal_refused_writes_total",
+                                "Journal writes that failed (their new batches refused with "
+                                "disk_full)");
+    auto gauge = [&](const char* name, const char* help) {
+      return &BuildGauge().Name(name).Help(help).Register(registry_).Add({});
+    };
+    journal_->disk_bytes = gauge("fleet_journal_disk_bytes", "Bytes of the journal's segments");
+    journal_->live_bytes =
+        gauge("fleet_journal_live_bytes", "Bytes of the records of unfinished batches");
+    journal_->segments = gauge("fleet_journal_segments", "Journal segments on disk");
+    journal_->recovered =
+        gauge("fleet_journal_recovered_dropped_bytes",
+              "Damaged bytes --journal-recover dropped at start (batches in them are lost)");
   }
   JournalSeries& j = *journal_;
   Advance(*j.commits, s.commits, j.last_commits);
   Advance(*j.syncs, s.syncs, j.last_syncs);
   Advance(*j.bytes, s.bytes_written, j.last_bytes);
   Advance(*j.compactions, s.compactions, j.last_compactions);
+  Advance(*j.deleted, s.segments_deleted, j.last_deleted);
+  Advance(*j.compaction_failures, s.compaction_failures, j.last_compaction_failures);
+  Advance(*j.refused, s.refused_commits, j.last_refused);
   j.replayed->Set(static_cast<double>(s.records_replayed));
+  j.disk_bytes->Set(static_cast<double>(s.bytes_on_disk));
+  j.live_bytes->Set(static_cast<double>(s.live_bytes));
+  j.segments->Set(static_cast<double>(s.segments));
+  j.recovered->Set(static_cast<double>(s.recovered_bytes_dropped));
 }
 
 void BrokerMetrics::UpdateCurve(const CurveMonitor& monitor) {

@@ -52,9 +52,17 @@ class BrokerMetrics {
     prometheus::Counter* commits;
     prometheus::Counter* syncs;
     prometheus::Counter* bytes;
-    prometheus::Counter* compactions;
+    prometheus::Counter* compactions;  // compactions that took effect
     prometheus::Gauge* replayed;
+    prometheus::Counter* deleted;
+    prometheus::Counter* compaction_failures;
+    prometheus::Counter* refused;
+    prometheus::Gauge* disk_bytes;
+    prometheus::Gauge* live_bytes;
+    prometheus::Gauge* segments;
+    prometheus::Gauge* recovered;
     std::uint64_t last_commits = 0, last_syncs = 0, last_bytes = 0, last_compactions = 0;
+    std::uint64_t last_deleted = 0, last_compaction_failures = 0, last_refused = 0;
   };
 
   struct CurveSeries {

@@ -10,6 +10,8 @@
 
 namespace fleet::broker {
 
+class JournalIo;
+
 struct BrokerOptions {
   std::string frontend = "tcp://*:5555";  // producers
   std::string backend = "tcp://*:5556";   // workers
@@ -43,7 +45,9 @@ struct BrokerOptions {
   std::string curve_control_file;
   // Journal directory (--data-dir); empty: in memory only.
   std::string data_dir;
-  std::uint64_t journal_segment_bytes = 256ull << 20;  // compaction threshold
+  std::uint64_t journal_segment_bytes = 64ull << 20;  // a new segment past this
+  bool journal_recover = false;  // start past damaged records (--journal-recover)
+  JournalIo* journal_io = nullptr;  // tests: the journal's file system (null: the real one)
 };
 
 }  // namespace fleet::broker

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "broker/broker_metrics.h"
+#include "broker/journal_records.h"
 #include "common/zmq_util.h"
 
 namespace fleet::broker {
@@ -69,10 +70,14 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
     JournalOptions jo;
     jo.dir = options.data_dir;
     jo.segment_bytes = options.journal_segment_bytes;
+    jo.recover = options.journal_recover;
+    jo.io = options.journal_io;
+    jo.record_key = records::BatchId;
     const TimePoint now = clock_.Now();
-    journal_ = Journal::Open(jo, [&](std::uint8_t type, std::string_view body) {
-      core_.Restore(type, body, now);
-    });
+    journal_ = Journal::Open(
+        jo, [&](std::uint64_t segment, std::uint8_t type, std::string_view body) {
+          core_.Restore(segment, type, body, now);
+        });
     core_.SetJournal(journal_.get());
     core_.FinishRestore(now);
   }
@@ -228,12 +233,10 @@ void BrokerServer::Run(const std::function<bool()>& stop) {
         if (journal_ != nullptr) metrics_->UpdateJournal(journal_->stats());
         if (curve_monitor_ != nullptr) metrics_->UpdateCurve(*curve_monitor_);
       }
-      if (journal_ != nullptr && journal_->NeedsCompaction()) {
-        const std::uint64_t before = journal_->active_bytes();
-        journal_->Compact([&](Journal& j) { core_.Snapshot(j); });
-        spdlog::info("journal compacted: {} batches kept, segment of {} bytes replaced by "
-                     "one of {}",
-                     core_.batches().size(), before, journal_->active_bytes());
+      // Deletes finished segments, starts or collects a compaction (off
+      // the loop), and retries a journal that could not be written.
+      if (journal_ != nullptr) {
+        journal_->Maintain([&](std::uint64_t upto) { return core_.LiveIds(upto); });
       }
       next_tick = now + tick;
     }
@@ -275,10 +278,10 @@ void BrokerServer::FlushAndRedispatch(TimePoint now) {
 
 void BrokerServer::Flush(TimePoint now) {
   // Group commit: everything this turn accepted or finished goes to disk in
-  // one write + fdatasync, before any producer hears "accepted". A failed
-  // commit throws: the broker stops rather than acknowledge what it may not
-  // have kept.
-  if (journal_ != nullptr) journal_->Commit();
+  // one write + fdatasync, before any producer hears "accepted". When the
+  // write fails (a full disk), the turn's new batches are taken back and
+  // refused with disk_full instead: nothing unwritten is acknowledged.
+  if (journal_ != nullptr) core_.AfterCommit(journal_->Commit(), now);
   Outbox& out = core_.outbox();
   if (out.empty()) {
     core_.AfterFlush(now);

@@ -18,6 +18,7 @@ struct Counters {
   std::uint64_t rejected_queue_full = 0;
   std::uint64_t rejected_too_large = 0;
   std::uint64_t rejected_invalid = 0;
+  std::uint64_t rejected_disk_full = 0;  // durable mode: the journal could not be written
   std::uint64_t malformed = 0;          // undecodable or misplaced messages
   std::uint64_t malformed_by_code[16] = {};  // by proto::ErrorCode
   std::uint64_t dispatched_to_retiring = 0;  // invariant: stays 0

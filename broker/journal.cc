@@ -1,22 +1,27 @@
 #include "broker/journal.h"
 
-#include <dirent.h>
-#include <fcntl.h>
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <unordered_set>
 
 namespace fleet::broker {
 
 namespace {
 
-constexpr std::size_t kHeader = 9;  // length, crc, type
+constexpr std::string_view kMagic = "fleetj2\n";
+constexpr std::size_t kLegacyHeader = 9;  // length, crc, type
+constexpr std::uint32_t kLengthMask = 0xa282ead8u;
+// Written to the file system in pieces of about this size by compaction.
+constexpr std::size_t kCopyChunk = 1u << 20;
+// Housekeeping ticks to wait after a compaction failed before the next.
+constexpr int kCompactionBackoffTicks = 20;
 
 std::array<std::uint32_t, 256> MakeCrcTable() {
   std::array<std::uint32_t, 256> t{};
@@ -28,32 +33,163 @@ std::array<std::uint32_t, 256> MakeCrcTable() {
   return t;
 }
 
-std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+std::uint64_t ReadLe64(const char* p) {
+  return std::uint64_t(ReadLe32(p)) | std::uint64_t(ReadLe32(p + 4)) << 32;
+}
 
-std::string ReadWhole(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw JournalError(Errno("journal: open " + path));
-  std::string data;
-  char buf[1 << 16];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      ::close(fd);
-      throw JournalError(Errno("journal: read " + path));
-    }
-    if (n == 0) break;
-    data.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return data;
+void PutLe64(std::string& out, std::uint64_t v) {
+  PutLe32(out, static_cast<std::uint32_t>(v));
+  PutLe32(out, static_cast<std::uint32_t>(v >> 32));
+}
+
+std::string SegmentFile(const std::string& dir, std::uint64_t number) {
+  char name[64];
+  std::snprintf(name, sizeof name, "/journal-%016llu.log",
+                static_cast<unsigned long long>(number));
+  return dir + name;
 }
 
 bool AllZero(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return c == 0; });
 }
 
+std::uint32_t LengthCheck(const char* len_bytes) {
+  return Crc32c(std::string_view(len_bytes, 4)) ^ kLengthMask;
+}
+
+std::string SegmentHeader(std::uint64_t first) {
+  std::string h(kMagic);
+  PutLe64(h, first);
+  return h;
+}
+
+void EncodeRecord(std::string& out, std::uint8_t type, std::string_view body) {
+  const std::size_t at = out.size();
+  PutLe32(out, static_cast<std::uint32_t>(body.size()));
+  PutLe32(out, LengthCheck(out.data() + at));
+  const char t = static_cast<char>(type);
+  std::uint32_t crc = Crc32c(std::string_view(out.data() + at, 4));
+  crc = Crc32c(std::string_view(&t, 1), crc);
+  PutLe32(out, Crc32c(body, crc));
+  out.push_back(t);
+  out.append(body);
+}
+
+// What a segment's first bytes say about it.
+struct SegmentFormat {
+  enum Kind { kV2, kLegacy, kTornHeader, kUnknown } kind = kUnknown;
+  std::uint64_t first = 0;  // kV2: the lowest segment number it stands for
+  std::size_t records_at = 0;
+};
+
+SegmentFormat ReadFormat(std::string_view data) {
+  SegmentFormat f;
+  if (data.size() >= Journal::kSegmentHeader && data.substr(0, kMagic.size()) == kMagic) {
+    f.kind = SegmentFormat::kV2;
+    f.first = ReadLe64(data.data() + kMagic.size());
+    f.records_at = Journal::kSegmentHeader;
+  } else if (data.size() < Journal::kSegmentHeader &&
+             (data.size() < kMagic.size() ? kMagic.substr(0, data.size()) == data
+                                          : data.substr(0, kMagic.size()) == kMagic)) {
+    f.kind = SegmentFormat::kTornHeader;
+  } else if (data.size() >= 4 && ReadLe32(data.data()) <= Journal::kMaxRecordBytes) {
+    f.kind = SegmentFormat::kLegacy;
+  }
+  return f;
+}
+
+enum class Check { kOk, kTorn, kCorrupt };
+
+struct RecordCheck {
+  Check check = Check::kOk;
+  std::size_t size = 0;  // kOk: the whole record
+  std::uint8_t type = 0;
+  std::string_view body;
+  const char* problem = "";
+};
+
+RecordCheck CheckV2(std::string_view data, std::size_t pos) {
+  RecordCheck r;
+  const std::size_t rem = data.size() - pos;
+  const char* p = data.data() + pos;
+  if (rem < Journal::kRecordHeader) {
+    r.check = Check::kTorn;
+    r.problem = "a record header cut short";
+    return r;
+  }
+  const std::uint32_t len = ReadLe32(p);
+  if (ReadLe32(p + 4) != LengthCheck(p)) {
+    const bool zeros = AllZero(data.substr(pos));
+    r.check = zeros ? Check::kTorn : Check::kCorrupt;
+    r.problem = zeros ? "zeros" : "a record whose length field is damaged";
+    return r;
+  }
+  if (len > Journal::kMaxRecordBytes) {
+    r.check = Check::kCorrupt;
+    r.problem = "a record longer than the format allows";
+    return r;
+  }
+  if (rem - Journal::kRecordHeader < len) {
+    r.check = Check::kTorn;
+    r.problem = "a record running past the end of the file";
+    return r;
+  }
+  std::uint32_t crc = Crc32c(std::string_view(p, 4));
+  crc = Crc32c(std::string_view(p + 12, 1 + len), crc);
+  if (crc != ReadLe32(p + 8)) {
+    r.check = Check::kCorrupt;
+    r.problem = "a complete record failing its checksum";
+    return r;
+  }
+  r.size = Journal::kRecordHeader + len;
+  r.type = static_cast<std::uint8_t>(p[12]);
+  r.body = std::string_view(p + 13, len);
+  return r;
+}
+
+RecordCheck CheckLegacy(std::string_view data, std::size_t pos) {
+  RecordCheck r;
+  const std::size_t rem = data.size() - pos;
+  const char* p = data.data() + pos;
+  if (rem < kLegacyHeader) {
+    r.check = Check::kTorn;
+    r.problem = "a record header cut short";
+    return r;
+  }
+  const std::uint32_t len = ReadLe32(p);
+  if (len > Journal::kMaxRecordBytes || rem - kLegacyHeader < len) {
+    r.check = Check::kTorn;
+    r.problem = "a record running past the end of the file";
+    return r;
+  }
+  if (Crc32c(std::string_view(p + 8, 1 + len)) != ReadLe32(p + 4)) {
+    // The old format cannot tell a damaged length from a torn write: only
+    // a bad record with data after it is certainly damage.
+    const bool more = kLegacyHeader + len < rem && !AllZero(data.substr(pos));
+    r.check = more ? Check::kCorrupt : Check::kTorn;
+    r.problem = "a record failing its checksum";
+    return r;
+  }
+  r.size = kLegacyHeader + len;
+  r.type = static_cast<std::uint8_t>(p[8]);
+  r.body = std::string_view(p + 9, len);
+  return r;
+}
+
+RecordCheck CheckAt(std::string_view data, std::size_t pos, bool legacy) {
+  return legacy ? CheckLegacy(data, pos) : CheckV2(data, pos);
+}
+
 }  // namespace
+
+const char* JournalStateName(JournalState s) {
+  switch (s) {
+    case JournalState::kOk: return "ok";
+    case JournalState::kNoSpace: return "disk_full";
+    case JournalState::kFailed: return "failed";
+  }
+  return "?";
+}
 
 std::uint32_t ReadLe32(const char* p) {
   const auto* u = reinterpret_cast<const unsigned char*>(p);
@@ -72,229 +208,596 @@ std::uint32_t Crc32c(std::string_view data, std::uint32_t crc) {
   return ~crc;
 }
 
-Journal::Journal(JournalOptions options) : options_(std::move(options)) {}
+// ---- compaction job (runs on its own thread) ----
+
+struct Journal::Job {
+  JournalIo* io = nullptr;
+  std::string dir;
+  std::vector<std::uint64_t> inputs;  // ascending; the last one is replaced
+  std::unordered_set<std::string> live;
+  std::function<std::string_view(std::uint8_t, std::string_view)> record_key;
+  std::atomic<bool> cancel{false};
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;     // guarded by mu
+  bool renamed = false;  // the new file replaced the last input
+  std::string error;     // "" when it went through
+  std::uint64_t bytes_before = 0;
+  std::uint64_t bytes_after = 0;
+  std::uint64_t records_kept = 0;
+
+  std::string Path(std::uint64_t n) const { return SegmentFile(dir, n); }
+
+  void Run() {
+    const std::string target = Path(inputs.back());
+    const std::string tmp = target + ".compact";
+    std::string failure = Copy(tmp, target);
+    if (!failure.empty()) io->Remove(tmp);
+    std::lock_guard<std::mutex> lock(mu);
+    error = std::move(failure);
+    done = true;
+    cv.notify_all();
+  }
+
+  // Writes the live records of every input to `tmp`, and moves it over
+  // `target`; then the other inputs go. "" or what failed.
+  std::string Copy(const std::string& tmp, const std::string& target) {
+    io->Remove(tmp);
+    std::unique_ptr<JournalFile> out;
+    if (int e = io->OpenAppend(tmp, &out)) return "create " + tmp + ": " + ErrnoText(e);
+    std::string buffer = SegmentHeader(inputs.front());
+    std::uint64_t written = 0;
+    auto flush = [&]() -> int {
+      const std::string_view part = buffer;
+      const int e = out->Append(&part, 1);
+      written += buffer.size();
+      buffer.clear();
+      return e;
+    };
+    std::string data;
+    for (std::uint64_t n : inputs) {
+      if (cancel) return "cancelled";
+      const std::string path = Path(n);
+      if (int e = io->ReadFile(path, UINT64_MAX, &data)) return "read " + path + ": " + ErrnoText(e);
+      bytes_before += data.size();
+      const SegmentFormat f = ReadFormat(data);
+      if (f.kind != SegmentFormat::kV2 && f.kind != SegmentFormat::kLegacy) {
+        if (data.empty()) continue;
+        return "unreadable segment header in " + path;
+      }
+      const bool legacy = f.kind == SegmentFormat::kLegacy;
+      for (std::size_t pos = f.records_at; pos < data.size();) {
+        const RecordCheck r = CheckAt(data, pos, legacy);
+        if (r.check != Check::kOk) {
+          return std::string(r.problem) + " at offset " + std::to_string(pos) + " of " + path;
+        }
+        const std::string_view key =
+            record_key ? record_key(r.type, r.body) : std::string_view();
+        if (key.empty() || live.count(std::string(key)) != 0) {
+          EncodeRecord(buffer, r.type, r.body);
+          ++records_kept;
+        }
+        if (buffer.size() >= kCopyChunk) {
+          if (int e = flush()) return "write " + tmp + ": " + ErrnoText(e);
+        }
+        pos += r.size;
+      }
+    }
+    if (int e = flush()) return "write " + tmp + ": " + ErrnoText(e);
+    if (int e = out->Sync()) return "fdatasync " + tmp + ": " + ErrnoText(e);
+    out.reset();
+    bytes_after = written;
+    if (int e = io->Rename(tmp, target)) return "rename " + tmp + ": " + ErrnoText(e);
+    renamed = true;
+    // From here the new file stands for every input (its header says so),
+    // even if the removals below do not happen.
+    if (int e = io->SyncDir(dir)) return "fsync " + dir + ": " + ErrnoText(e);
+    for (std::size_t i = 0; i + 1 < inputs.size(); ++i) {
+      const int e = io->Remove(Path(inputs[i]));
+      if (e != 0 && e != ENOENT) return "remove " + Path(inputs[i]) + ": " + ErrnoText(e);
+    }
+    if (int e = io->SyncDir(dir)) return "fsync " + dir + ": " + ErrnoText(e);
+    return "";
+  }
+};
+
+// ---- journal ----
+
+Journal::Journal(JournalOptions options)
+    : options_(std::move(options)),
+      io_(options_.io != nullptr ? *options_.io : JournalIo::Default()) {}
 
 Journal::~Journal() {
-  if (fd_ >= 0) {
-    try {
-      sync_due_ = true;
-      if (!failed_) Commit();
-    } catch (const JournalError& e) {
-      spdlog::error("{}", e.what());
+  if (job_ != nullptr) {
+    job_->cancel = true;
+    CollectCompaction(/*wait=*/true);
+  }
+  if (file_ != nullptr && pending()) {
+    if (int e = WriteBuffers(/*include_sync_records=*/true, /*force_sync=*/true)) {
+      spdlog::error("journal: could not write its last records to {}: {}",
+                    SegmentPath(active_number_), ErrnoText(e));
     }
-    ::close(fd_);
   }
 }
 
 std::string Journal::SegmentPath(std::uint64_t number) const {
-  char name[64];
-  std::snprintf(name, sizeof name, "/journal-%016llu.log",
-                static_cast<unsigned long long>(number));
-  return options_.dir + name;
+  return SegmentFile(options_.dir, number);
 }
 
-void Journal::SyncDir() {
-  if (!options_.sync) return;
-  int dfd = ::open(options_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) throw JournalError(Errno("journal: open dir " + options_.dir));
-  int rc = ::fsync(dfd);
-  ::close(dfd);
-  if (rc != 0) throw JournalError(Errno("journal: fsync dir " + options_.dir));
+std::uint64_t Journal::resume_free_bytes() const {
+  return std::max<std::uint64_t>(64u << 10,
+                                 std::min<std::uint64_t>(1u << 20, options_.segment_bytes / 4));
 }
 
 std::unique_ptr<Journal> Journal::Open(const JournalOptions& options, const Visitor& visit) {
   if (options.dir.empty()) throw JournalError("journal: no directory given");
-  if (::mkdir(options.dir.c_str(), 0750) != 0 && errno != EEXIST) {
-    throw JournalError(Errno("journal: cannot create " + options.dir));
-  }
   std::unique_ptr<Journal> j(new Journal(options));
-  DIR* d = ::opendir(options.dir.c_str());
-  if (d == nullptr) throw JournalError(Errno("journal: cannot read " + options.dir));
-  while (dirent* e = ::readdir(d)) {
+  JournalIo& io = j->io_;
+  if (int e = io.MakeDir(options.dir)) {
+    throw JournalError("journal: cannot create " + options.dir + ": " + ErrnoText(e));
+  }
+  std::vector<std::string> names;
+  if (int e = io.List(options.dir, &names)) {
+    throw JournalError("journal: cannot read " + options.dir + ": " + ErrnoText(e));
+  }
+  for (const std::string& name : names) {
     unsigned long long n = 0;
     char tail = 0;
-    if (std::sscanf(e->d_name, "journal-%16llu.lo%c", &n, &tail) == 2 && tail == 'g' &&
-        std::strlen(e->d_name) == 28) {
-      j->segments_.push_back(n);
+    if (std::sscanf(name.c_str(), "journal-%16llu.lo%c", &n, &tail) == 2 && tail == 'g') {
+      if (name.size() == 28) {
+        j->segments_[n] = Segment{};
+      } else {
+        // A compaction or recovery that a crash cut short: its source files
+        // are all still there.
+        io.Remove(options.dir + "/" + name);
+      }
     }
   }
-  ::closedir(d);
-  std::sort(j->segments_.begin(), j->segments_.end());
   j->Replay(visit);
-  std::erase_if(j->segments_, [&](std::uint64_t n) {
-    struct stat st {};
-    return ::stat(j->SegmentPath(n).c_str(), &st) != 0;
-  });
   // What a killed broker left in the page cache (records written but not
   // synced) goes to disk now: once a newer segment exists, a torn tail in
   // these would stop the start instead of being cut off.
   if (options.sync) {
-    for (std::uint64_t n : j->segments_) {
-      int fd = ::open(j->SegmentPath(n).c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0 || ::fdatasync(fd) != 0) {
-        if (fd >= 0) ::close(fd);
-        throw JournalError(Errno("journal: sync " + j->SegmentPath(n)));
+    for (const auto& [n, seg] : j->segments_) {
+      if (int e = io.SyncFile(j->SegmentPath(n))) {
+        throw JournalError("journal: sync " + j->SegmentPath(n) + ": " + ErrnoText(e));
       }
-      ::close(fd);
     }
   }
-  j->OpenSegment(j->segments_.empty() ? 1 : j->segments_.back() + 1);
+  const std::uint64_t next = j->segments_.empty() ? 1 : j->segments_.rbegin()->first + 1;
+  j->active_number_ = next;  // also where Maintain retries when it cannot be created now
+  if (!j->OpenSegment(next) && j->state_ == JournalState::kFailed) {
+    throw JournalError(j->problem_);
+  }
+  j->RefreshGauges();
   return j;
 }
 
 void Journal::Replay(const Visitor& visit) {
+  // A compacted segment stands for every segment from its header's `first`
+  // up to itself: those still here are left over from a crash between the
+  // compaction's rename and its removals, and are not read.
+  std::string head;
+  std::vector<std::uint64_t> stale;
+  for (const auto& [n, seg] : segments_) {
+    if (io_.ReadFile(SegmentPath(n), kSegmentHeader, &head) != 0) continue;
+    const SegmentFormat f = ReadFormat(head);
+    if (f.kind != SegmentFormat::kV2 || f.first >= n) continue;
+    for (auto it = segments_.lower_bound(f.first); it != segments_.end() && it->first < n; ++it) {
+      stale.push_back(it->first);
+    }
+  }
+  for (std::uint64_t n : stale) {
+    if (segments_.erase(n) == 0) continue;
+    spdlog::info("journal: removing {}, replaced by a compaction", SegmentPath(n));
+    if (int e = io_.Remove(SegmentPath(n)); e != 0 && e != ENOENT) {
+      throw JournalError("journal: remove " + SegmentPath(n) + ": " + ErrnoText(e));
+    }
+  }
+
   // The newest segment with data is where a crash can leave a torn tail (a
   // crash right after a restart leaves an empty segment after it).
-  std::size_t newest_with_data = 0;
-  for (std::size_t s = 0; s < segments_.size(); ++s) {
-    struct stat st {};
-    if (::stat(SegmentPath(segments_[s]).c_str(), &st) == 0 && st.st_size > 0) {
-      newest_with_data = s;
-    }
+  std::uint64_t newest_with_data = 0;
+  for (const auto& [n, seg] : segments_) {
+    std::uint64_t size = 0;
+    if (io_.Size(SegmentPath(n), &size) == 0 && size > 0) newest_with_data = n;
   }
-  for (std::size_t s = 0; s < segments_.size(); ++s) {
-    const bool last = s >= newest_with_data;
-    const std::string path = SegmentPath(segments_[s]);
-    const std::string data = ReadWhole(path);
-    if (data.empty()) {
+
+  std::string data;
+  for (auto it = segments_.begin(); it != segments_.end();) {
+    const std::uint64_t n = it->first;
+    const bool newest = n >= newest_with_data;
+    const std::string path = SegmentPath(n);
+    if (int e = io_.ReadFile(path, UINT64_MAX, &data)) {
+      throw JournalError("journal: read " + path + ": " + ErrnoText(e));
+    }
+    const SegmentFormat f = ReadFormat(data);
+    std::size_t pos = f.records_at;
+    // With --journal-recover, the records kept from a damaged segment
+    // (views into `data`), for rewriting it.
+    std::vector<std::pair<std::uint8_t, std::string_view>> kept;
+    bool damaged = false;
+    auto refuse = [&](std::size_t at, const std::string& problem) {
+      throw JournalError(fmt::format(
+          "journal: {} at offset {} of {} ({} bytes from there to the end of the segment): "
+          "refusing to start, since acknowledged batches may be in it. Restore the directory "
+          "from a backup, or start fleet-broker once with --journal-recover to keep every "
+          "record that checks out and drop the damaged bytes (it logs what it drops)",
+          problem, at, path, data.size() - at));
+    };
+
+    if (data.empty() || f.kind == SegmentFormat::kTornHeader) {
+      if (!data.empty()) {
+        if (!newest) refuse(0, "a segment header cut short");
+        spdlog::warn("journal: {} holds only a torn header ({} bytes): removed", path,
+                     data.size());
+        stats_.torn_bytes_truncated += data.size();
+      }
       // A run that wrote nothing: no records to keep.
-      if (::unlink(path.c_str()) != 0) throw JournalError(Errno("journal: remove " + path));
+      if (int e = io_.Remove(path)) {
+        throw JournalError("journal: remove " + path + ": " + ErrnoText(e));
+      }
+      it = segments_.erase(it);
       continue;
     }
-    std::size_t pos = 0;
-    std::string problem;
+    if (f.kind == SegmentFormat::kUnknown) {
+      if (!options_.recover) refuse(0, "not a journal segment (unknown header)");
+      spdlog::error("journal: --journal-recover: {} is not a journal segment ({} bytes): "
+                    "dropped whole",
+                    path, data.size());
+      stats_.recovered_bytes_dropped += data.size();
+      ++stats_.recovered_ranges;
+      pos = data.size();
+      damaged = true;
+    }
+    const bool legacy = f.kind == SegmentFormat::kLegacy;
     while (pos < data.size()) {
-      if (data.size() - pos < kHeader) {
-        problem = "a record header cut short";
-        break;
+      const RecordCheck r = CheckAt(data, pos, legacy);
+      if (r.check == Check::kOk) {
+        visit(n, r.type, r.body);
+        ++stats_.records_replayed;
+        if (options_.recover) kept.emplace_back(r.type, r.body);
+        pos += r.size;
+        continue;
       }
-      const std::uint32_t len = ReadLe32(data.data() + pos);
-      const std::uint32_t crc = ReadLe32(data.data() + pos + 4);
-      if (len > kMaxRecordBytes || data.size() - pos - kHeader < len) {
-        problem = "a record running past the end of the file";
-        break;
-      }
-      std::string_view typed(data.data() + pos + 8, 1 + len);
-      if (Crc32c(typed) != crc) {
-        problem = "a record failing its checksum";
-        if (pos + kHeader + len < data.size() && !AllZero(std::string_view(data).substr(pos))) {
-          throw JournalError(fmt::format(
-              "journal: corrupt record at offset {} of {} (checksum mismatch, with {} more "
-              "bytes after it): refusing to start rather than lose the records after it; "
-              "restore the directory from a backup, or move the segment away to accept "
-              "the loss",
-              pos, path, data.size() - pos - kHeader - len));
+      const bool zeros = AllZero(std::string_view(data).substr(pos));
+      if (r.check == Check::kTorn && (newest || zeros)) {
+        // A torn tail: the end of the last write before a crash. Cut off.
+        spdlog::warn("journal: truncating a torn tail of {} bytes at offset {} of {} ({}); "
+                     "the records before it are intact",
+                     data.size() - pos, pos, path, r.problem);
+        stats_.torn_bytes_truncated += data.size() - pos;
+        if (int e = io_.TruncateFile(path, pos)) {
+          throw JournalError("journal: truncate " + path + ": " + ErrnoText(e));
         }
+        data.resize(pos);
         break;
       }
-      visit(static_cast<std::uint8_t>(typed[0]), typed.substr(1));
-      ++stats_.records_replayed;
-      pos += kHeader + len;
+      const std::string problem =
+          r.check == Check::kTorn ? std::string(r.problem) + " in a segment that is not the newest"
+                                  : std::string(r.problem);
+      if (!options_.recover) refuse(pos, problem);
+      // Skip to the next offset where a whole record checks out.
+      std::size_t next = pos + 1;
+      while (next < data.size() && CheckAt(data, next, legacy).check != Check::kOk) ++next;
+      spdlog::error("journal: --journal-recover: dropped {} bytes at offset {} of {} ({}); "
+                    "any batch accepted in them is lost, its producer is told 'unknown' "
+                    "when it fetches it",
+                    next - pos, pos, path, problem);
+      stats_.recovered_bytes_dropped += next - pos;
+      ++stats_.recovered_ranges;
+      damaged = true;
+      pos = next;
     }
     ++stats_.segments_replayed;
-    if (pos == data.size()) continue;
-    if (!last && !AllZero(std::string_view(data).substr(pos))) {
-      throw JournalError(fmt::format(
-          "journal: {} at offset {} of {}, which is not the newest segment: refusing to "
-          "start (restore the directory, or move the segment away to accept the loss)",
-          problem, pos, path));
-    }
-    // A torn tail: the end of the last write before a crash. Cut it off.
-    spdlog::warn("journal: truncating a torn tail of {} bytes at offset {} of {} ({}); the "
-                 "records before it are intact",
-                 data.size() - pos, pos, path, problem.empty() ? "zeros" : problem);
-    stats_.torn_bytes_truncated += data.size() - pos;
-    if (::truncate(path.c_str(), static_cast<off_t>(pos)) != 0) {
-      throw JournalError(Errno("journal: truncate " + path));
-    }
-    if (options_.sync) {
-      int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-      if (fd < 0 || ::fsync(fd) != 0) {
-        if (fd >= 0) ::close(fd);
-        throw JournalError(Errno("journal: sync " + path));
+    if (damaged) {
+      // Rewrite the segment with what checked out, so the next start is clean.
+      std::string out = SegmentHeader(f.kind == SegmentFormat::kV2 ? f.first : n);
+      for (const auto& [type, body] : kept) EncodeRecord(out, type, body);
+      const std::string tmp = path + ".recover";
+      std::unique_ptr<JournalFile> file;
+      io_.Remove(tmp);
+      int e = io_.OpenAppend(tmp, &file);
+      const std::string_view part = out;
+      if (e == 0) e = file->Append(&part, 1);
+      if (e == 0 && options_.sync) e = file->Sync();
+      file.reset();
+      if (e == 0) e = io_.Rename(tmp, path);
+      if (e == 0 && options_.sync) e = io_.SyncDir(options_.dir);
+      if (e != 0) {
+        io_.Remove(tmp);
+        throw JournalError("journal: --journal-recover could not rewrite " + path + ": " +
+                           ErrnoText(e));
       }
-      ::close(fd);
+      spdlog::warn("journal: --journal-recover: rewrote {} with its {} intact records", path,
+                   kept.size());
+      it->second.bytes = out.size();
+    } else {
+      it->second.bytes = data.size();
     }
+    ++it;
   }
 }
 
-void Journal::OpenSegment(std::uint64_t number) {
+bool Journal::OpenSegment(std::uint64_t number) {
+  // Records written without a sync to the segment being left go to disk
+  // first: a later segment's synced records must never sit after a lost
+  // tail of an earlier one (only the newest segment may have a torn tail).
+  if (file_ != nullptr && unsynced_ && options_.sync) {
+    if (const int e = file_->Sync()) {
+      BecomeUnavailable(e, "fdatasync " + SegmentPath(active_number_));
+      return false;
+    }
+    unsynced_ = false;
+  }
   const std::string path = SegmentPath(number);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
-  if (fd < 0) throw JournalError(Errno("journal: create " + path));
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
+  std::unique_ptr<JournalFile> file;
+  int e = io_.OpenAppend(path, &file);
+  if (e == 0 && options_.sync) {
+    e = io_.SyncDir(options_.dir);
+    if (e != 0) io_.Remove(path);
+  }
+  if (e != 0) {
+    BecomeUnavailable(e, "create " + path);
+    return false;
+  }
+  file_ = std::move(file);
   active_number_ = number;
-  struct stat st {};
-  active_bytes_ = ::fstat(fd, &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
-  if (segments_.empty() || segments_.back() != number) segments_.push_back(number);
-  SyncDir();
-}
-
-void Journal::Append(std::uint8_t type, std::string_view body, bool must_sync) {
-  sync_due_ = sync_due_ || must_sync;
-  if (body.size() > kMaxRecordBytes) throw JournalError("journal: record too large");
-  const char t = static_cast<char>(type);
-  PutLe32(buffer_, static_cast<std::uint32_t>(body.size()));
-  PutLe32(buffer_, Crc32c(body, Crc32c(std::string_view(&t, 1))));
-  buffer_.push_back(t);
-  buffer_.append(body);
-  ++stats_.records_appended;
-}
-
-bool Journal::Commit() {
-  if (buffer_.empty()) return false;
-  if (failed_) throw JournalError("journal: an earlier write failed; not writing more");
-  std::size_t done = 0;
-  while (done < buffer_.size()) {
-    ssize_t n = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      // Cut off what part of the turn did reach the file (ENOSPC midway), so
-      // no half record sits before later ones, and write nothing more.
-      const std::string error = Errno("journal: write " + SegmentPath(active_number_));
-      failed_ = true;
-      if (::ftruncate(fd_, static_cast<off_t>(active_bytes_)) != 0) {
-        spdlog::error("journal: cannot cut a partial write off {}: {}",
-                      SegmentPath(active_number_), std::strerror(errno));
-      }
-      throw JournalError(error);
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (options_.sync && sync_due_) {
-    if (::fdatasync(fd_) != 0) {
-      failed_ = true;
-      throw JournalError(Errno("journal: fdatasync " + SegmentPath(active_number_)));
-    }
-    ++stats_.syncs;
-  }
-  sync_due_ = false;
-  active_bytes_ += buffer_.size();
-  stats_.bytes_written += buffer_.size();
-  ++stats_.commits;
-  buffer_.clear();
+  active_bytes_ = 0;
+  segments_[number] = Segment{};
   return true;
 }
 
-void Journal::Compact(const std::function<void(Journal&)>& snapshot) {
-  sync_due_ = true;
-  Commit();
-  std::vector<std::uint64_t> old = segments_;
-  OpenSegment(active_number_ + 1);
-  snapshot(*this);
-  sync_due_ = true;  // even an empty snapshot: the deletions follow
-  Commit();
-  // Only now, with the snapshot on disk, may the old segments go.
-  for (std::uint64_t n : old) {
-    if (::unlink(SegmentPath(n).c_str()) != 0 && errno != ENOENT) {
-      throw JournalError(Errno("journal: remove " + SegmentPath(n)));
+void Journal::Append(std::uint8_t type, std::string_view body, bool must_sync) {
+  if (body.size() > kMaxRecordBytes) throw JournalError("journal: record too large");
+  EncodeRecord(must_sync ? sync_buffer_ : lazy_buffer_, type, body);
+  ++stats_.records_appended;
+}
+
+int Journal::WriteBuffers(bool include_sync_records, bool force_sync) {
+  if (file_ == nullptr) return problem_errno_ != 0 ? problem_errno_ : EIO;
+  std::string header;
+  std::string_view parts[3];
+  std::size_t n = 0;
+  if (active_bytes_ == 0) {
+    header = SegmentHeader(active_number_);
+    parts[n++] = header;
+  }
+  const bool with_sync_records = include_sync_records && !sync_buffer_.empty();
+  const bool syncing = with_sync_records || force_sync;
+  if (with_sync_records) parts[n++] = sync_buffer_;
+  parts[n++] = lazy_buffer_;
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < n; ++i) total += parts[i].size();
+  if (total == header.size()) return 0;  // no records
+  int e = file_->Append(parts, n);
+  if (e == 0 && options_.sync && syncing) {
+    e = file_->Sync();
+    if (e == 0) ++stats_.syncs;
+  }
+  if (e == 0) unsynced_ = !syncing;
+  if (e != 0) {
+    // Nothing half-written stays before later records, and a batch whose
+    // write failed is not on the file to come back at the next start.
+    if (const int t = file_->Truncate(active_bytes_)) {
+      spdlog::error("journal: cannot cut a failed write off {}: {}", SegmentPath(active_number_),
+                    ErrnoText(t));
+    }
+    return e;
+  }
+  active_bytes_ += total;
+  segments_[active_number_].bytes = active_bytes_;
+  stats_.bytes_written += total;
+  stats_.bytes_on_disk += total;  // exact again at the next Maintain
+  if (with_sync_records) sync_buffer_.clear();
+  lazy_buffer_.clear();
+  if (active_bytes_ >= options_.segment_bytes) OpenSegment(active_number_ + 1);
+  return 0;
+}
+
+Journal::CommitResult Journal::Commit() {
+  if (!pending()) return CommitResult::kNothing;
+  const bool had_sync = !sync_buffer_.empty();
+  if (state_ != JournalState::kOk) {
+    // The broker refuses new batches meanwhile; whatever must-sync record
+    // got here anyway is refused with them. The rest waits for Maintain.
+    if (!had_sync) return CommitResult::kNothing;
+    sync_buffer_.clear();
+    ++stats_.refused_commits;
+    return CommitResult::kRefused;
+  }
+  if (const int e = WriteBuffers(/*include_sync_records=*/true)) {
+    BecomeUnavailable(e, "write " + SegmentPath(active_number_));
+    sync_buffer_.clear();
+    if (!had_sync) return CommitResult::kNothing;
+    ++stats_.refused_commits;
+    return CommitResult::kRefused;
+  }
+  ++stats_.commits;
+  return CommitResult::kWritten;
+}
+
+void Journal::BecomeUnavailable(int error, const std::string& what) {
+  const JournalState next = IsNoSpace(error) ? JournalState::kNoSpace : JournalState::kFailed;
+  problem_errno_ = error;
+  problem_ = "journal: " + what + ": " + ErrnoText(error);
+  if (state_ == next) return;
+  const bool first = state_ == JournalState::kOk;
+  state_ = next;
+  if (first) ++stats_.unavailable_episodes;
+  if (next == JournalState::kNoSpace) {
+    spdlog::error("{}: the disk is full. Refusing new batches (disk_full) until space returns; "
+                  "results, FETCH and workers are still served, and finished segments are "
+                  "deleted as the queue drains",
+                  problem_);
+  } else {
+    spdlog::error("{}. Refusing new batches (disk_full) until a write succeeds; results, FETCH "
+                  "and workers are still served",
+                  problem_);
+  }
+}
+
+void Journal::AddLive(std::uint64_t segment, std::uint64_t bytes) {
+  Segment& s = SegmentFor(segment);
+  ++s.live_count;
+  s.live_bytes += bytes;
+}
+
+void Journal::RemoveLive(std::uint64_t segment, std::uint64_t bytes) {
+  Segment& s = SegmentFor(segment);
+  if (s.live_count > 0) --s.live_count;
+  s.live_bytes -= std::min(s.live_bytes, bytes);
+}
+
+Journal::Segment& Journal::SegmentFor(std::uint64_t number) {
+  // Segments merged by a compaction are counted as the one that replaced
+  // them: the first one at or after the number.
+  auto it = segments_.lower_bound(number);
+  if (it == segments_.end()) return segments_[active_number_];
+  return it->second;
+}
+
+bool Journal::Maintain(const LiveIds& live_ids) {
+  CollectCompaction(/*wait=*/false);
+  bool resumed = false;
+  if (state_ != JournalState::kOk) {
+    // Leave a segment that has data, so that it can go once its batches
+    // finish (on a full disk, nothing else frees space).
+    if (file_ == nullptr) {
+      OpenSegment(active_number_);
+    } else if (active_bytes_ > 0) {
+      OpenSegment(active_number_ + 1);
+    }
+    DeleteDeadSegments();
+    int e = file_ == nullptr ? problem_errno_ : WriteBuffers(/*include_sync_records=*/false);
+    std::optional<std::uint64_t> free;
+    if (e == 0 && state_ == JournalState::kNoSpace) {
+      free = io_.FreeBytes(options_.dir);
+      if (free && *free < resume_free_bytes()) e = ENOSPC;
+    }
+    if (e == 0) {
+      spdlog::info("journal: writing to {} again{}: accepting new batches",
+                   SegmentPath(active_number_),
+                   free ? fmt::format(" ({} bytes free)", *free) : std::string());
+      state_ = JournalState::kOk;
+      problem_.clear();
+      problem_errno_ = 0;
+      resumed = true;
+    }
+  } else {
+    DeleteDeadSegments();
+    MaybeStartCompaction(live_ids);
+  }
+  RefreshGauges();
+  return resumed;
+}
+
+void Journal::DeleteDeadSegments() {
+  if (job_ != nullptr) return;  // the compaction reads them
+  bool deleted = false;
+  while (!segments_.empty()) {
+    auto oldest = segments_.begin();
+    if (oldest->first == active_number_ || oldest->second.live_count > 0) break;
+    const std::string path = SegmentPath(oldest->first);
+    if (int e = io_.Remove(path); e != 0 && e != ENOENT) {
+      spdlog::warn("journal: cannot remove finished segment {}: {}", path, ErrnoText(e));
+      break;
+    }
+    segments_.erase(oldest);
+    ++stats_.segments_deleted;
+    deleted = true;
+  }
+  if (deleted && options_.sync) {
+    if (int e = io_.SyncDir(options_.dir)) {
+      spdlog::warn("journal: fsync {}: {}", options_.dir, ErrnoText(e));
     }
   }
-  SyncDir();
-  segments_ = {active_number_};
-  snapshot_bytes_ = active_bytes_;
-  ++stats_.compactions;
+}
+
+void Journal::MaybeStartCompaction(const LiveIds& live_ids) {
+  if (job_ != nullptr) return;
+  if (compaction_backoff_ > 0) {
+    --compaction_backoff_;
+    return;
+  }
+  std::uint64_t bytes = 0;
+  std::uint64_t live = 0;
+  std::vector<std::uint64_t> inputs;
+  for (const auto& [n, s] : segments_) {
+    if (n == active_number_) continue;
+    bytes += s.bytes;
+    live += std::min(s.live_bytes, s.bytes);
+    inputs.push_back(n);
+  }
+  if (inputs.empty() || bytes - live < std::max(options_.segment_bytes, live)) return;
+  auto job = std::make_unique<Job>();
+  job->io = &io_;
+  job->dir = options_.dir;
+  job->inputs = inputs;
+  job->record_key = options_.record_key;
+  for (std::string& id : live_ids(inputs.back())) job->live.insert(std::move(id));
+  job_ = std::move(job);
+  spdlog::info("journal: compacting segments {}..{} ({} bytes, {} of them live) off the loop",
+               inputs.front(), inputs.back(), bytes, live);
+  job_thread_ = std::thread([j = job_.get()] { j->Run(); });
+}
+
+void Journal::WaitForCompaction() { CollectCompaction(/*wait=*/true); }
+
+void Journal::CollectCompaction(bool wait) {
+  if (job_ == nullptr) return;
+  {
+    std::unique_lock<std::mutex> lock(job_->mu);
+    if (!job_->done && !wait) return;
+    job_->cv.wait(lock, [&] { return job_->done; });
+  }
+  job_thread_.join();
+  Job& j = *job_;
+  const double ms = std::chrono::duration<double, std::milli>(
+                        std::chrono::steady_clock::now() - j.started)
+                        .count();
+  if (j.renamed) {
+    // The new file stands for all the inputs: their counts move into it.
+    Segment merged;
+    for (std::uint64_t n : j.inputs) {
+      auto it = segments_.find(n);
+      if (it == segments_.end()) continue;
+      merged.live_count += it->second.live_count;
+      merged.live_bytes += it->second.live_bytes;
+      segments_.erase(it);
+    }
+    merged.bytes = j.bytes_after;
+    segments_[j.inputs.back()] = merged;
+    ++stats_.compactions;
+    spdlog::info("journal: compacted segments {}..{}: {} bytes became {} ({} records kept) in "
+                 "{:.0f} ms",
+                 j.inputs.front(), j.inputs.back(), j.bytes_before, j.bytes_after,
+                 j.records_kept, ms);
+  }
+  RefreshGauges();
+  if (!j.error.empty()) {
+    ++stats_.compaction_failures;
+    compaction_backoff_ = kCompactionBackoffTicks;
+    spdlog::warn("journal: compaction of segments {}..{} failed: {}{}", j.inputs.front(),
+                 j.inputs.back(), j.error,
+                 j.renamed ? " (after it took effect; leftovers go at the next start)"
+                           : "; the segments are unchanged, it is tried again later");
+  }
+  job_.reset();
+}
+
+void Journal::RefreshGauges() {
+  std::uint64_t bytes = 0;
+  std::uint64_t live = 0;
+  for (const auto& [n, s] : segments_) {
+    bytes += s.bytes;
+    live += s.live_bytes;
+  }
+  stats_.bytes_on_disk = bytes;
+  stats_.live_bytes = live;
+  stats_.segments = segments_.size();
 }
 
 }  // namespace fleet::broker

@@ -1,39 +1,68 @@
 // Journal: the broker's append-only log for --data-dir, so an accepted batch
-// survives a crash of the broker.
+// survives a crash of the broker, and a full disk or a damaged file costs
+// no acknowledged batch.
 //
-// Files: DIR/journal-NNNNNNNNNNNNNNNN.log segments, numbered in write order.
-// A record is
-//   u32 body length (little endian) | u32 CRC-32C of type+body | u8 type | body
-// and the journal does not interpret type or body (the broker does).
+// Files: DIR/journal-NNNNNNNNNNNNNNNN.log segments, replayed in number
+// order. A segment starts with a 16-byte header
+//   "fleetj2\n" | u64 first  (the lowest segment number it stands for)
+// and holds records
+//   u32 body length | u32 check of the length | u32 CRC-32C | u8 type | body
+// where the CRC covers the length, the type and the body, and the check is
+// the CRC-32C of the four length bytes (masked): a damaged length is told
+// apart from a record cut short. Integers are little-endian. The journal
+// does not interpret types or bodies (the broker does: journal_records.h).
+// Segments written before this format (no header; u32 length | u32 CRC of
+// type+body | u8 type | body) are still read.
 //
-// Durability: Append only buffers; Commit writes the buffer and fdatasync()s
-// it, once for everything appended since the last Commit (group commit: the
-// broker commits once per loop turn, before it answers the producers whose
-// batches that turn accepted).
+// Durability: Append only buffers; Commit writes what was appended since
+// the last one and fdatasyncs when a record that must be synced is among it
+// (group commit, once per loop turn, before the broker acknowledges).
 //
-// Replay (Open): every record of every segment, in order. A torn tail -- the
-// last record of the last segment cut short or failing its checksum, as a
-// power cut leaves it -- is truncated away with a log line. Anything else that
-// does not check out (a bad record followed by more data, or in an older
-// segment) stops the start with JournalError: silently skipping records
-// could drop accepted batches.
+// Replay (Open) visits every record in order. A torn tail -- a last record
+// cut short, or zeros, at the end of the newest segment, as a crash leaves
+// it -- is cut off with a log line. A complete record that fails its
+// checksum, or damage anywhere else, stops the start with JournalError
+// naming the file and offset, unless JournalOptions::recover is set: then
+// every record that checks out is kept, the damaged bytes are dropped and
+// logged, and the damaged segment is rewritten so the next start is clean.
 //
-// Compaction: when the active segment passes segment_bytes, NeedsCompaction()
-// turns true; the broker then calls Compact() with the records of everything
-// still live (its snapshot). Compact writes them to a fresh segment, syncs it,
-// and only then deletes every older segment.
+// Space: the broker tells the journal which segment holds each unfinished
+// batch's accepted record (AddLive/RemoveLive). Maintain(), called from the
+// loop's housekeeping tick, deletes segments from the oldest while nothing
+// in them is live, and compacts when old segments hold more garbage than
+// max(segment_bytes, their live bytes): a background thread copies the
+// records of the batches still live in segments F..K into a new file that
+// replaces K atomically (its header says it stands for F..K, so the
+// replaced files are ignored even if a crash leaves them behind), then
+// removes F..K-1. The loop never waits for a compaction. On disk: the
+// unfinished batches' records plus the active segment when batches finish
+// roughly in order; at most about twice that plus two segments otherwise.
 //
-// Not thread-safe; the broker loop owns it.
+// Full disk: a write that fails leaves nothing half-written (the partial
+// record is cut off), Commit reports kRefused and drops the must-sync
+// records of that turn (the broker refuses their batches), and the journal
+// turns unavailable: state() kNoSpace (ENOSPC, EDQUOT) or kFailed (any other
+// write or sync error). Records that need no sync are kept and written
+// later. Maintain() retries, and the journal accepts again by itself once
+// the write succeeds and, after a full disk, resume_free_bytes are free.
+// Open never fails because the disk is full.
+//
+// Not thread-safe; the broker loop owns it (the compaction thread shares
+// only its job, under a mutex).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
+
+#include "broker/journal_io.h"
 
 namespace fleet::broker {
 
@@ -44,21 +73,46 @@ class JournalError : public std::runtime_error {
 
 struct JournalOptions {
   std::string dir;
-  // A segment past this size asks for compaction. 1 MiB .. 16 GiB.
-  std::uint64_t segment_bytes = 256ull << 20;
+  // The active segment is closed and a new one started past this size.
+  // 64 KiB .. 16 GiB; the disk bound above grows with it.
+  std::uint64_t segment_bytes = 64ull << 20;
   // fdatasync on Commit. Off only for tests and benchmarks of the format.
   bool sync = true;
+  // Start past damaged records instead of refusing (--journal-recover).
+  bool recover = false;
+  // Null: the real file system. Must outlive the journal.
+  JournalIo* io = nullptr;
+  // The batch a record belongs to (compaction keeps the records of live
+  // batches). Null, or an empty answer: the record is always kept.
+  std::function<std::string_view(std::uint8_t type, std::string_view body)> record_key;
 };
+
+enum class JournalState {
+  kOk,       // accepting
+  kNoSpace,  // the disk (or a quota) is full: waiting for space
+  kFailed,   // a write or sync failed otherwise: retrying
+};
+const char* JournalStateName(JournalState s);
 
 struct JournalStats {
   std::uint64_t records_replayed = 0;
   std::uint64_t segments_replayed = 0;
   std::uint64_t torn_bytes_truncated = 0;
+  std::uint64_t recovered_bytes_dropped = 0;  // --journal-recover
+  std::uint64_t recovered_ranges = 0;
   std::uint64_t commits = 0;
   std::uint64_t syncs = 0;
   std::uint64_t records_appended = 0;
   std::uint64_t bytes_written = 0;
+  std::uint64_t refused_commits = 0;  // writes that failed (their batches refused)
+  std::uint64_t unavailable_episodes = 0;
   std::uint64_t compactions = 0;
+  std::uint64_t compaction_failures = 0;
+  std::uint64_t segments_deleted = 0;
+  // Gauges.
+  std::uint64_t bytes_on_disk = 0;  // every segment, the active one included
+  std::uint64_t live_bytes = 0;     // accepted records of unfinished batches
+  std::uint64_t segments = 0;
 };
 
 // Little-endian u32 as the record format writes them (also for the fields
@@ -71,58 +125,107 @@ std::uint32_t Crc32c(std::string_view data, std::uint32_t crc = 0);
 
 class Journal {
  public:
-  using Visitor = std::function<void(std::uint8_t type, std::string_view body)>;
+  using Visitor =
+      std::function<void(std::uint64_t segment, std::uint8_t type, std::string_view body)>;
+  // Ids of the unfinished batches whose accepted record is in a segment
+  // numbered <= `upto`.
+  using LiveIds = std::function<std::vector<std::string>(std::uint64_t upto)>;
   static constexpr std::uint32_t kMaxRecordBytes = 256u << 20;
+  static constexpr std::size_t kRecordHeader = 13;
+  static constexpr std::size_t kSegmentHeader = 16;
+  static constexpr std::uint64_t RecordBytes(std::size_t body) { return kRecordHeader + body; }
 
-  // Creates DIR if needed, replays it through `visit` and opens a new
-  // active segment. Throws JournalError (corruption, I/O, an unusable dir).
+  // Creates DIR if needed, replays it through `visit` (with the number of
+  // the segment each record is in) and opens a new active segment. Throws
+  // JournalError on damage (see above) or an unusable directory; never
+  // because the disk is full.
   static std::unique_ptr<Journal> Open(const JournalOptions& options, const Visitor& visit);
+  // Writes what is buffered; waits for a running compaction to stop.
   ~Journal();
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;
 
   // Buffers one record. Requires: body.size() <= kMaxRecordBytes.
-  // `must_sync`: the next Commit syncs (an acknowledgement waits for this
-  // record). Records without it are written by Commit but synced only with
-  // the next one that must be (or by the OS): losing them in a crash must be
-  // harmless (the broker's "finished" records: the batch runs again).
+  // `must_sync`: an acknowledgement waits for it; the next Commit syncs,
+  // and if that Commit fails the record is dropped. Records without it are
+  // written by the next Commit that can, synced with the next one that
+  // must (or by the OS): losing them in a crash must be harmless.
   void Append(std::uint8_t type, std::string_view body, bool must_sync = true);
-  // Writes what was appended, and fdatasyncs when a must_sync record is
-  // among it; true when there was something. Throws JournalError when the
-  // disk refuses (the broker must not acknowledge then).
-  bool Commit();
-  bool pending() const { return !buffer_.empty(); }
 
-  // Past segment_bytes, and at least twice what the last compaction kept, so
-  // a large live set is not rewritten on every tick.
-  bool NeedsCompaction() const {
-    return active_bytes_ >= std::max(options_.segment_bytes, 2 * snapshot_bytes_);
-  }
-  // `snapshot` appends (through the journal passed to it) every record still
-  // needed; then the older segments go. Commits first.
-  void Compact(const std::function<void(Journal&)>& snapshot);
+  enum class CommitResult {
+    kNothing,  // nothing to write
+    kWritten,  // on disk (synced if a must-sync record was among it)
+    kRefused,  // the write failed: this turn's must-sync records were dropped
+  };
+  CommitResult Commit();
+  bool pending() const { return !sync_buffer_.empty() || !lazy_buffer_.empty(); }
+
+  JournalState state() const { return state_; }
+  bool accepting() const { return state_ == JournalState::kOk; }
+  // Why it is not accepting ("" while it is).
+  const std::string& problem() const { return problem_; }
+  int problem_errno() const { return problem_errno_; }
+
+  // The segment the next records go to.
+  std::uint64_t active_segment() const { return active_number_; }
+  // A batch whose accepted record (of `bytes`) is in `segment` is unfinished
+  // / has finished. Segments merged by a compaction count as the one that
+  // replaced them.
+  void AddLive(std::uint64_t segment, std::uint64_t bytes);
+  void RemoveLive(std::uint64_t segment, std::uint64_t bytes);
+
+  // Housekeeping (the loop's tick): collects a finished compaction, retries
+  // writing while unavailable, deletes dead segments, starts a compaction
+  // when one is due. True when the journal turned accepting again.
+  bool Maintain(const LiveIds& live_ids);
+  bool compacting() const { return job_ != nullptr; }
+  // Blocks until a running compaction has finished and is collected.
+  void WaitForCompaction();
 
   const JournalStats& stats() const { return stats_; }
-  std::uint64_t active_segment() const { return active_number_; }
   std::uint64_t active_bytes() const { return active_bytes_; }
   std::size_t segment_count() const { return segments_.size(); }
+  // Free bytes needed again before accepting after a full disk.
+  std::uint64_t resume_free_bytes() const;
 
  private:
+  struct Segment {
+    std::uint64_t bytes = 0;       // on disk
+    std::uint64_t live_count = 0;  // unfinished batches accepted in it
+    std::uint64_t live_bytes = 0;
+  };
+  struct Job;
+
   explicit Journal(JournalOptions options);
   void Replay(const Visitor& visit);
-  void OpenSegment(std::uint64_t number);
   std::string SegmentPath(std::uint64_t number) const;
-  void SyncDir();
+  // Starts segment `number` (its header goes out with its first write).
+  // False (and the journal unavailable) when the file cannot be created.
+  bool OpenSegment(std::uint64_t number);
+  // Writes the buffers; 0 or the errno (the journal is then unavailable).
+  int WriteBuffers(bool include_sync_records, bool force_sync = false);
+  void BecomeUnavailable(int error, const std::string& what);
+  void DeleteDeadSegments();
+  void MaybeStartCompaction(const LiveIds& live_ids);
+  void CollectCompaction(bool wait);
+  void RefreshGauges();
+  Segment& SegmentFor(std::uint64_t number);
 
   JournalOptions options_;
-  std::vector<std::uint64_t> segments_;  // numbers on disk, ascending
-  int fd_ = -1;                          // the active segment
+  JournalIo& io_;
+  std::map<std::uint64_t, Segment> segments_;  // on disk, by number
+  std::unique_ptr<JournalFile> file_;          // the active segment
   std::uint64_t active_number_ = 0;
   std::uint64_t active_bytes_ = 0;
-  std::string buffer_;
-  bool sync_due_ = false;
-  bool failed_ = false;  // a write or sync failed: no more writes
-  std::uint64_t snapshot_bytes_ = 0;  // the active segment's size after the last compaction
+  std::string sync_buffer_;  // must-sync records since the last Commit
+  std::string lazy_buffer_;  // the others, kept until written
+  bool unsynced_ = false;    // the active segment has records written but not synced
+  JournalState state_ = JournalState::kOk;
+  std::string problem_;
+  int problem_errno_ = 0;
+  std::unique_ptr<Job> job_;
+  std::thread job_thread_;
+  int compaction_backoff_ = 0;  // ticks to wait after a failed compaction
   JournalStats stats_;
 };
 

@@ -49,4 +49,21 @@ std::optional<Dispatched> DecodeDispatched(std::string_view body) {
   return Dispatched{ReadLe32(body.data()), body.substr(4)};
 }
 
+std::size_t AcceptedBytes(std::string_view id, std::string_view queue, std::string_view payload) {
+  return 8 + id.size() + queue.size() + payload.size();
+}
+
+std::string_view BatchId(std::uint8_t type, std::string_view body) {
+  switch (type) {
+    case kAccepted:
+      if (auto a = DecodeAccepted(body)) return a->id;
+      return {};
+    case kFinished: return body;
+    case kDispatched:
+      if (auto d = DecodeDispatched(body)) return d->id;
+      return {};
+    default: return {};
+  }
+}
+
 }  // namespace fleet::broker::records

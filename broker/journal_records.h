@@ -17,6 +17,7 @@
 // thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -48,5 +49,11 @@ void EncodeDispatched(std::string* out, std::uint32_t attempts, std::string_view
 // too short, a length runs past its end, or the id is empty.
 std::optional<Accepted> DecodeAccepted(std::string_view body);
 std::optional<Dispatched> DecodeDispatched(std::string_view body);
+
+// The size of an accepted-batch record's body.
+std::size_t AcceptedBytes(std::string_view id, std::string_view queue, std::string_view payload);
+// The batch a record is about (a view into `body`); empty for a record it
+// cannot read (which compaction then keeps).
+std::string_view BatchId(std::uint8_t type, std::string_view body);
 
 }  // namespace fleet::broker::records

@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   std::string log_level = "info";
   std::string metrics = "0.0.0.0:9750";
   double blacklist_ttl_s = 120, heartbeat_ms = 1000, retention_s = 300, retire_linger_ms = 1000;
-  int journal_segment_mb = 256;
+  int journal_segment_mb = 64;
 
   CLI::App app("fleet-broker: queues batches from producers and dispatches them to "
                "workers on credit");
@@ -86,8 +86,14 @@ int main(int argc, char** argv) {
                  "keep accepted batches in an append-only journal here (fsync before "
                  "\"accepted\"); replayed on start. Empty: in memory only");
   app.add_option("--journal-segment-mb", journal_segment_mb,
-                 "--data-dir: compact the journal when its segment passes this size")
+                 "--data-dir: start a new journal segment past this size; finished segments "
+                 "are deleted, so the journal holds about the unfinished batches plus one "
+                 "segment")
       ->capture_default_str()->check(CLI::Range(1, 16384));
+  app.add_flag("--journal-recover", o.journal_recover,
+               "--data-dir: start even if a journal record is damaged, keeping every record "
+               "that checks out and dropping (and logging) the damaged bytes; batches in them "
+               "are lost. Without it a damaged journal stops the start");
   app.add_option("--ready-file", o.ready_file,
                  "write the bound endpoints (key=value lines) to this file once listening");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
@@ -130,9 +136,15 @@ int main(int argc, char** argv) {
     if (const broker::Journal* j = server.journal()) {
       durability = fmt::format(
           "durable queue in {} (replayed {} records from {} segments: {} unfinished batches "
-          "back in their queues)",
+          "back in their queues{}{})",
           o.data_dir, j->stats().records_replayed, j->stats().segments_replayed,
-          server.core().batches().size());
+          server.core().batches().size(),
+          j->stats().recovered_ranges > 0
+              ? fmt::format("; --journal-recover dropped {} damaged bytes in {} places",
+                            j->stats().recovered_bytes_dropped, j->stats().recovered_ranges)
+              : std::string(),
+          j->accepting() ? std::string()
+                         : "; REFUSING new batches: " + j->problem());
     }
     std::shared_ptr<prometheus::Registry> registry;
     std::unique_ptr<broker::BrokerMetrics> metrics_state;

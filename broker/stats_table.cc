@@ -54,7 +54,8 @@ const StatSpec kTable[] = {
     {"rejected", "", "", "", Kind::kCounter, "",
      [](const BrokerCore& c) {
        const Counters& k = c.counters();
-       return D(k.rejected_queue_full + k.rejected_too_large + k.rejected_invalid);
+       return D(k.rejected_queue_full + k.rejected_too_large + k.rejected_invalid +
+                k.rejected_disk_full);
      }},
     {"rejected_queue_full", "fleet_batches_rejected_total", "reason", "queue_full",
      Kind::kCounter, "Batches refused at submit, by reason",
@@ -63,6 +64,18 @@ const StatSpec kTable[] = {
      Kind::kCounter, "", [](const BrokerCore& c) { return D(c.counters().rejected_too_large); }},
     {"rejected_invalid", "fleet_batches_rejected_total", "reason", "invalid", Kind::kCounter, "",
      [](const BrokerCore& c) { return D(c.counters().rejected_invalid); }},
+    {"rejected_disk_full", "fleet_batches_rejected_total", "reason", "disk_full",
+     Kind::kCounter, "", [](const BrokerCore& c) { return D(c.counters().rejected_disk_full); }},
+    {"journal_disk_full", "fleet_journal_refusing", "reason", "disk_full", Kind::kGauge,
+     "1 while a durable broker refuses new batches because its journal cannot be written "
+     "(disk_full: no space; write_error: another write or sync error)",
+     [](const BrokerCore& c) {
+       return D(c.journal() != nullptr && c.journal()->state() == JournalState::kNoSpace);
+     }},
+    {"journal_write_error", "fleet_journal_refusing", "reason", "write_error", Kind::kGauge, "",
+     [](const BrokerCore& c) {
+       return D(c.journal() != nullptr && c.journal()->state() == JournalState::kFailed);
+     }},
     {"malformed", "", "", "", Kind::kCounter, "",
      [](const BrokerCore& c) { return D(c.counters().malformed); }},
     {"undeliverable", "fleet_messages_undeliverable_total", "", "", Kind::kCounter,

@@ -235,8 +235,14 @@ std::size_t Producer::Handle(const proto::Message& message, TimePoint now) {
       if (tracker_.OnAccepted(id, now)) ++counters_.accepted;
     }
     for (const proto::Rejection& r : ack->rejected) {
+      // Both wait for the broker, never fail the batch: its queue drains,
+      // and a journal that filled the disk accepts again once space returns.
       if (r.code == proto::ErrorCode::kQueueFull) {
         if (tracker_.OnQueueFull(r.id, now)) ++counters_.queue_full_retries;
+        continue;
+      }
+      if (r.code == proto::ErrorCode::kDiskFull) {
+        if (tracker_.OnQueueFull(r.id, now)) ++counters_.disk_full_retries;
         continue;
       }
       if (!tracker_.Complete(r.id)) continue;  // answered already

@@ -101,6 +101,7 @@ class Producer {
     std::uint64_t acks = 0;                // ACK messages received
     std::uint64_t accepted = 0;            // batches the broker accepted
     std::uint64_t queue_full_retries = 0;  // queue_full rejections
+    std::uint64_t disk_full_retries = 0;   // disk_full rejections (also waited out)
     std::uint64_t rejected = 0;            // final rejections (also local)
     std::uint64_t results = 0;             // results handed to the callback
     std::uint64_t duplicates_dropped = 0;  // results for ids not outstanding

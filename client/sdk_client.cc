@@ -205,6 +205,7 @@ class Client::Impl {
       counters_.submit_messages = c.submit_messages;
       counters_.accepted = c.accepted;
       counters_.queue_full_retries = c.queue_full_retries;
+      counters_.disk_full_retries = c.disk_full_retries;
       counters_.rejected = c.rejected;
       counters_.results = c.results;
       counters_.duplicates_dropped = c.duplicates_dropped;

@@ -223,9 +223,10 @@ int Run(const Config& config) {
   }
   const fleet::ClientCounters c = client.counters();
   spdlog::debug(
-      "messages={} accepted={} queue_full_retries={} duplicates_dropped={} "
+      "messages={} accepted={} queue_full_retries={} disk_full_retries={} duplicates_dropped={} "
       "fetches={} resends={} reconnects={} reconnect_resends={} errors={}",
-      c.submit_messages, c.accepted, c.queue_full_retries, c.duplicates_dropped, c.fetches,
+      c.submit_messages, c.accepted, c.queue_full_retries, c.disk_full_retries,
+      c.duplicates_dropped, c.fetches,
       c.resends, c.reconnects, c.reconnect_resends, c.errors);
   if (output != nullptr) output->flush();
   if (ledger.is_open()) ledger.flush();

@@ -567,6 +567,7 @@ const char* ErrorCodeName(ErrorCode code) {
     case ErrorCode::kInvalidArgument: return "invalid_argument";
     case ErrorCode::kFrames: return "frames";
     case ErrorCode::kNotRetiring: return "not_retiring";
+    case ErrorCode::kDiskFull: return "disk_full";
   }
   return "unknown_error";
 }

@@ -61,6 +61,7 @@ enum class ErrorCode : std::uint32_t {
   kInvalidArgument = 10,    // bad id, bad control op or arguments
   kFrames = 11,             // wrong number of frames
   kNotRetiring = 12,        // unretire of a worker that is not retiring
+  kDiskFull = 13,           // the journal cannot be written now; retry later
 };
 
 const char* ErrorCodeName(ErrorCode code);

@@ -65,6 +65,7 @@ struct ClientCounters {
   std::uint64_t submit_messages = 0;     // SUBMIT messages sent (several batches each)
   std::uint64_t accepted = 0;            // batches the broker accepted
   std::uint64_t queue_full_retries = 0;  // queue_full answers, each waited out and resent
+  std::uint64_t disk_full_retries = 0;   // disk_full answers (the broker's disk), the same
   std::uint64_t rejected = 0;            // batches refused for good (too large, bad id)
   std::uint64_t results = 0;             // results handed over
   std::uint64_t duplicates_dropped = 0;  // second results for a batch, dropped

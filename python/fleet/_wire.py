@@ -22,9 +22,10 @@ CODES = {
     0: "ok", 1: "malformed", 2: "unsupported_version", 3: "unknown_command",
     4: "too_large", 5: "queue_full", 6: "unknown_worker", 7: "busy",
     8: "blacklisted", 9: "duplicate_worker", 10: "invalid_argument",
-    11: "frames", 12: "not_retiring",
+    11: "frames", 12: "not_retiring", 13: "disk_full",
 }
 QUEUE_FULL = 5
+DISK_FULL = 13
 
 # Limits (section 8): ids and queue names, items per list.
 MAX_ID_BYTES = 256

@@ -7,8 +7,9 @@ RESULT arrives. The thread sends whatever has piled up in one SUBMIT, so a
 burst of submit() calls costs one message, not one per batch.
 
 What the broker's rules ask of a producer, and what this one does:
-- queue_full (the broker's queue is at --max-queue): the batch is kept and
-  sent again after `retry_seconds`, as often as it takes; never dropped.
+- queue_full (the broker's queue is at --max-queue) and disk_full (a durable
+  broker's disk is full): the batch is kept and sent again after
+  `retry_seconds`, as often as it takes; never dropped.
 - reconnects: after every completed handshake but the first, everything
   without a result is sent again (a re-submit is always safe: the broker
   deduplicates by id and re-sends a retained result).
@@ -556,8 +557,8 @@ class Client:
             e = pending.get(rid)
             if e is None:
                 continue
-            if code == w.QUEUE_FULL:
-                self.stats["queue_full"] += 1
+            if code == w.QUEUE_FULL or code == w.DISK_FULL:
+                self.stats["queue_full" if code == w.QUEUE_FULL else "disk_full"] += 1
                 e.state = _LOCAL
                 heapq.heappush(self._retry, (now + self._retry_s, next(self._seq), rid, e))
             else:

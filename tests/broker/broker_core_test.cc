@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "broker/journal.h"
+#include "broker/journal_records.h"
+#include "tests/broker/faulty_journal_io.h"
 #include "common/codec.h"
 #include "tests/support/process.h"
 
@@ -867,6 +871,7 @@ class BrokerCoreJournalTest : public BrokerCoreTest {
  protected:
   BrokerCoreJournalTest() {
     jo_.dir = dir_.File("data");
+    jo_.io = &io_;
     o_.max_attempts = 3;
     Restart();
   }
@@ -875,9 +880,11 @@ class BrokerCoreJournalTest : public BrokerCoreTest {
     if (journal_) journal_->Commit();
     journal_.reset();
     Reset(o_);
-    journal_ = Journal::Open(jo_, [&](std::uint8_t type, std::string_view body) {
-      core_->Restore(type, body, clock_.Now());
-    });
+    jo_.record_key = records::BatchId;
+    journal_ = Journal::Open(
+        jo_, [&](std::uint64_t segment, std::uint8_t type, std::string_view body) {
+          core_->Restore(segment, type, body, clock_.Now());
+        });
     core_->SetJournal(journal_.get());
     restored_dead_ = core_->FinishRestore(clock_.Now());
   }
@@ -889,12 +896,49 @@ class BrokerCoreJournalTest : public BrokerCoreTest {
     core_->Tick(clock_.Now());
     PumpAndFlush();
   }
+  // Fills old segments with finished batches around the live ones and
+  // compacts them.
+  void Compact() {
+    jo_.segment_bytes = 256;
+    Restart();
+    // A worker of its own queue, so the batches under test stay where they are.
+    const std::string_view fill = "fill";
+    core_->OnMessage(Socket::kBackend, "I-filler", proto::Hello{"filler", 1, 1, {fill}, 1, ""},
+                     clock_.Now());
+    for (int i = 0; i < 40; ++i) {
+      const std::string id = "filler-" + std::to_string(i);
+      Submit("F", {id}, "fill");
+      PumpAndFlush();
+      Done("I-filler", {id});
+      Commit();
+    }
+    const std::uint64_t before = journal_->stats().compactions;
+    journal_->Maintain([&](std::uint64_t upto) { return core_->LiveIds(upto); });
+    journal_->WaitForCompaction();
+    ASSERT_EQ(journal_->stats().compactions, before + 1);
+  }
+  Journal::CommitResult Commit() {
+    const Journal::CommitResult r = journal_->Commit();
+    core_->AfterCommit(r, clock_.Now());
+    return r;
+  }
   std::uint32_t Attempts(const std::string& id) {
     auto seq = core_->batches().FindId(id);
     return seq ? core_->batches().Get(*seq)->attempts : 0;
   }
 
+  // One loop turn as the server runs it: dispatch, commit, send.
+  std::map<std::string, std::vector<std::string>> Turn() {
+    core_->Pump(clock_.Now());
+    Commit();
+    return PumpAndFlush();
+  }
+  std::size_t Count(const std::vector<ErrorCode>& codes, ErrorCode code) {
+    return static_cast<std::size_t>(std::count(codes.begin(), codes.end(), code));
+  }
+
   fleet::testing::TempDir dir_;
+  FaultyJournalIo io_;
   JournalOptions jo_;
   BrokerOptions o_;
   std::unique_ptr<Journal> journal_;
@@ -908,8 +952,8 @@ TEST_F(BrokerCoreJournalTest, AttemptsSurviveRestartsAndCompaction) {
   Restart();
   EXPECT_EQ(Attempts("a"), 1u);
   EXPECT_EQ(restored_dead_, 0u);
-  // A compaction rewrites the live set with its attempts.
-  journal_->Compact([&](Journal& j) { core_->Snapshot(j); });
+  // A compaction copies the live set with its attempts.
+  Compact();
   Restart();
   EXPECT_EQ(Attempts("a"), 1u);
   RunOnAWorkerThatDies("w2");
@@ -959,6 +1003,56 @@ TEST_F(BrokerCoreJournalTest, AttemptGivenBackForADispatchThatNeverLeftStaysGive
   EXPECT_EQ(Attempts("a"), 0u);
   Hello("I-w2", "w2", 1);
   EXPECT_EQ(PumpAndFlush()["w2"], std::vector<std::string>{"a"});
+}
+
+TEST_F(BrokerCoreJournalTest, FullDiskRefusesNewBatchesWithDiskFullAndKeepsServingResults) {
+  Hello("I-w1", "w1", 2);
+  Submit("P", {"a"});
+  EXPECT_EQ(Turn()["w1"], std::vector<std::string>{"a"});
+  io_.SetFree(10);
+  // Accepted and assigned in memory, but its record does not reach the
+  // disk: taken back from the worker before anything is sent, refused.
+  Submit("P", {"b"});
+  EXPECT_TRUE(Turn()["w1"].empty());
+  EXPECT_EQ(Count(rejected_["P"], ErrorCode::kDiskFull), 1u);
+  EXPECT_EQ(std::count(accepted_["P"].begin(), accepted_["P"].end(), "b"), 0);
+  EXPECT_FALSE(core_->batches().FindId("b").has_value());
+  EXPECT_EQ(core_->counters().submitted, 1u);
+  EXPECT_EQ(core_->counters().rejected_disk_full, 1u);
+  // While the disk is full: refused at once, and results still flow.
+  Submit("P", {"c"});
+  Done("I-w1", "a");
+  Turn();
+  EXPECT_EQ(Count(rejected_["P"], ErrorCode::kDiskFull), 2u);
+  EXPECT_EQ(results_["P"], std::vector<std::string>{"a"});
+  // Space comes back: accepting again, and the worker's credit is whole.
+  io_.SetFree(1u << 20);
+  EXPECT_TRUE(journal_->Maintain([&](std::uint64_t upto) { return core_->LiveIds(upto); }));
+  Submit("P", {"d", "e"});
+  auto sent = Turn();
+  EXPECT_EQ(sent["w1"], (std::vector<std::string>{"d", "e"}));
+  Restart();
+  EXPECT_FALSE(core_->batches().FindId("a").has_value());
+  EXPECT_FALSE(core_->batches().FindId("b").has_value());
+  EXPECT_FALSE(core_->batches().FindId("c").has_value());
+  EXPECT_TRUE(core_->batches().FindId("d").has_value());
+}
+
+TEST_F(BrokerCoreJournalTest, RestartOnAFullDiskServesTheBatchesItHolds) {
+  Submit("P", {"a", "b"});
+  Turn();
+  io_.SetFree(0);
+  Restart();
+  ASSERT_EQ(core_->batches().size(), 2u);
+  Hello("I-w1", "w1", 2);
+  EXPECT_EQ(Turn()["w1"], (std::vector<std::string>{"a", "b"}));
+  Done("I-w1", "a");
+  Done("I-w1", "b");
+  Submit("P2", {"c"});
+  Turn();
+  EXPECT_EQ(results_[""], (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(Count(rejected_["P2"], ErrorCode::kDiskFull), 1u);
+  EXPECT_EQ(core_->batches().size(), 0u);
 }
 
 }  // namespace

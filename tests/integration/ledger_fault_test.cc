@@ -4,10 +4,14 @@
 // payload, so the ledger can count runs and check every value. Short
 // versions; `make soak` runs the long mixed one.
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <set>
 
@@ -197,6 +201,135 @@ TEST_F(LedgerFaultTest, DurableBrokerKilledUnderLoadCompletesEveryAcceptedBatch)
   options.max_attempts = 2;
   LedgerReport r = ExpectLedgerPasses(options);
   EXPECT_EQ(r.submitted, 1200u);
+}
+
+// The files of the journal in `dir`, newest last.
+std::vector<std::string> JournalFiles(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string n = e->d_name;
+      if (n.rfind("journal-", 0) == 0) out.push_back(dir + "/" + n);
+    }
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A file system of `size` (tmpfs) at a new directory; empty when this
+// machine does not let the test mount one (not root).
+class SmallDisk {
+ public:
+  SmallDisk(const std::string& path, const std::string& size) : path_(path) {
+    ::mkdir(path.c_str(), 0755);
+    const std::string cmd =
+        "mount -t tmpfs -o size=" + size + " fleet-test-disk " + path + " 2>/dev/null";
+    mounted_ = std::system(cmd.c_str()) == 0;
+  }
+  ~SmallDisk() {
+    if (mounted_) std::system(("umount -l " + path_ + " 2>/dev/null").c_str());
+  }
+  bool mounted() const { return mounted_; }
+
+ private:
+  std::string path_;
+  bool mounted_ = false;
+};
+
+// Regression: on a full disk the broker exited at its first failed write,
+// left the producers without an answer, and died again on every restart.
+// Here it runs on a 2 MiB disk with 1 MiB segments: it fills the disk,
+// refuses new batches with disk_full (the producer waits them out), is
+// killed and restarted on the full disk, and serves what it holds; with a
+// worker draining, finished segments are deleted and it accepts again by
+// itself, and then runs 400 more batches of 10 KB (twice the disk).
+TEST_F(LedgerFaultTest, DurableBrokerOnATwoMiBDiskRefusesWithDiskFullAndRunsTwiceTheDisk) {
+  SmallDisk disk(c_.dir().File("disk"), "2m");
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a 2 MiB tmpfs here (needs root)";
+  const std::string data = c_.dir().File("disk") + "/data";
+  std::vector<std::string> flags = FixedEndpointFlags();
+  flags.insert(flags.end(), {"--heartbeat-ms", "200", "--data-dir", data,
+                             "--journal-segment-mb", "1"});
+  c_.StartBroker(flags);
+  auto first = StartSubmit(400, 400, {"--size", "10000", "--resend-after-seconds", "1"});
+  ASSERT_TRUE(WaitFor([&] { return c_.StatValue("rejected_disk_full") > 0; }, seconds(60)))
+      << c_.BrokerLog();
+  EXPECT_EQ(c_.StatValue("journal_disk_full"), 1.0);
+  const double accepted = c_.StatValue("submitted");
+  EXPECT_GT(accepted, 100.0);
+  EXPECT_LT(accepted, 400.0);
+  EXPECT_TRUE(c_.broker().Running());
+  // Once per episode, however many batches it refuses.
+  const std::string log = c_.BrokerLog();
+  std::size_t episodes = 0;
+  for (std::size_t at = log.find("the disk is full"); at != std::string::npos;
+       at = log.find("the disk is full", at + 1)) {
+    ++episodes;
+  }
+  EXPECT_EQ(episodes, 1u) << log;
+
+  // Killed and started again on the full disk: it starts, with what it held.
+  c_.broker().Signal(SIGKILL);
+  ASSERT_TRUE(c_.broker().Wait(seconds(10)).has_value());
+  c_.StartBroker(flags);
+  EXPECT_EQ(c_.StatValue("queued"), accepted) << c_.BrokerLog();
+
+  StartWorker("drain", 2, 0);
+  ExpectFinishedClean(*first);
+  EXPECT_NE(c_.BrokerLog().find("accepting new batches"), std::string::npos) << c_.BrokerLog();
+  EXPECT_EQ(c_.StatValue("journal_disk_full"), 0.0);
+  auto second = StartSubmit(400, 64, {"--size", "10000", "--resend-after-seconds", "1"});
+  ExpectFinishedClean(*second);
+  LedgerOptions options;
+  options.max_attempts = 2;  // one broker kill
+  LedgerReport r = ExpectLedgerPasses(options);
+  EXPECT_EQ(r.submitted, 800u);
+  EXPECT_EQ(r.ok, 800u);
+  EXPECT_TRUE(c_.broker().Running());
+}
+
+// Regression: a byte flipped in the last complete record was taken for a
+// torn write and dropped, silently losing an acknowledged batch. Now the
+// start stops with the file and offset; --journal-recover starts past it,
+// and the producer, which never got that batch's result, sends it again.
+TEST_F(LedgerFaultTest, DamagedJournalStopsTheStartAndRecoverGoesOnWithoutLosingAnAnsweredBatch) {
+  const std::string data = c_.dir().File("data");
+  std::vector<std::string> flags = FixedEndpointFlags();
+  flags.insert(flags.end(), {"--heartbeat-ms", "200", "--data-dir", data});
+  c_.StartBroker(flags);
+  auto submit = StartSubmit(50, 50, {"--resend-after-seconds", "1"});
+  ASSERT_TRUE(WaitFor([&] { return c_.StatValue("submitted") >= 50; }));
+  c_.broker().Signal(SIGTERM);
+  ASSERT_TRUE(c_.broker().Wait(seconds(10)).has_value());
+  std::string newest;
+  for (const std::string& f : JournalFiles(data)) {
+    if (!ReadFile(f).empty()) newest = f;
+  }
+  ASSERT_FALSE(newest.empty());
+  std::string bytes = ReadFile(newest);
+  bytes.back() ^= 0x40;  // in the last record's payload
+  std::ofstream(newest, std::ios::binary | std::ios::trunc) << bytes;
+
+  std::vector<std::string> argv = {Bin("fleet-broker")};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.insert(argv.end(), {"--metrics", ""});
+  RunResult refused = Run(argv, seconds(20), c_.dir().File("refused.log"));
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("failing its checksum at offset"), std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find(newest), std::string::npos) << refused.output;
+  EXPECT_NE(refused.output.find("--journal-recover"), std::string::npos) << refused.output;
+
+  flags.push_back("--journal-recover");
+  c_.StartBroker(flags);
+  EXPECT_NE(c_.BrokerLog().find("--journal-recover: dropped"), std::string::npos)
+      << c_.BrokerLog();
+  EXPECT_EQ(c_.StatValue("queued"), 49.0);
+  StartWorker("w", 2, 0);
+  ExpectFinishedClean(*submit);
+  LedgerReport r = ExpectLedgerPasses();
+  EXPECT_EQ(r.submitted, 50u);
 }
 
 }  // namespace

@@ -173,7 +173,9 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
       out.accepted.emplace_back(item.id);
       continue;
     }
-    if (journal_ != nullptr && !journal_->accepting()) {
+    if (journal_ != nullptr &&
+        !journal_->Admit(Journal::RecordBytes(
+            records::AcceptedBytes(item.id, queue, item.payload)))) {
       ++counters_.rejected_disk_full;
       Reject(identity, item.id, ErrorCode::kDiskFull,
              "the broker cannot write its journal (" + ErrnoText(journal_->problem_errno()) +

@@ -22,6 +22,9 @@ constexpr std::uint32_t kLengthMask = 0xa282ead8u;
 constexpr std::size_t kCopyChunk = 1u << 20;
 // Housekeeping ticks to wait after a compaction failed before the next.
 constexpr int kCompactionBackoffTicks = 20;
+// Room kept on the disk for the records of finishing batches (finished,
+// dispatched): new batches are refused before it is used.
+constexpr std::uint64_t kReserveBytes = 64u << 10;
 
 std::array<std::uint32_t, 256> MakeCrcTable() {
   std::array<std::uint32_t, 256> t{};
@@ -371,6 +374,7 @@ std::unique_ptr<Journal> Journal::Open(const JournalOptions& options, const Visi
   if (!j->OpenSegment(next) && j->state_ == JournalState::kFailed) {
     throw JournalError(j->problem_);
   }
+  j->space_ = io.FreeBytes(options.dir);
   j->RefreshGauges();
   return j;
 }
@@ -588,6 +592,7 @@ int Journal::WriteBuffers(bool include_sync_records, bool force_sync) {
     return e;
   }
   active_bytes_ += total;
+  if (space_) *space_ -= std::min<std::uint64_t>(*space_, total);
   segments_[active_number_].bytes = active_bytes_;
   stats_.bytes_written += total;
   stats_.bytes_on_disk += total;  // exact again at the next Maintain
@@ -597,17 +602,26 @@ int Journal::WriteBuffers(bool include_sync_records, bool force_sync) {
   return 0;
 }
 
+bool Journal::Admit(std::uint64_t bytes) {
+  if (state_ != JournalState::kOk) return false;
+  if (!space_) return true;
+  const std::uint64_t want =
+      sync_buffer_.size() + lazy_buffer_.size() + bytes + kReserveBytes + kSegmentHeader;
+  if (want <= *space_) return true;
+  needed_ = bytes + kReserveBytes;
+  BecomeUnavailable(ENOSPC, fmt::format("no room for a new batch of {} bytes in {} ({} bytes "
+                                        "free, {} kept for finishing batches)",
+                                        bytes, options_.dir, *space_, kReserveBytes));
+  return false;
+}
+
 Journal::CommitResult Journal::Commit() {
   if (!pending()) return CommitResult::kNothing;
   const bool had_sync = !sync_buffer_.empty();
-  if (state_ != JournalState::kOk) {
-    // The broker refuses new batches meanwhile; whatever must-sync record
-    // got here anyway is refused with them. The rest waits for Maintain.
-    if (!had_sync) return CommitResult::kNothing;
-    sync_buffer_.clear();
-    ++stats_.refused_commits;
-    return CommitResult::kRefused;
-  }
+  // While unavailable, records that need no sync wait for Maintain; new
+  // batches accepted before the journal turned unavailable this turn (it
+  // saw the disk fill) are still written.
+  if (state_ != JournalState::kOk && !had_sync) return CommitResult::kNothing;
   if (const int e = WriteBuffers(/*include_sync_records=*/true)) {
     BecomeUnavailable(e, "write " + SegmentPath(active_number_));
     sync_buffer_.clear();
@@ -675,7 +689,7 @@ bool Journal::Maintain(const LiveIds& live_ids) {
     std::optional<std::uint64_t> free;
     if (e == 0 && state_ == JournalState::kNoSpace) {
       free = io_.FreeBytes(options_.dir);
-      if (free && *free < resume_free_bytes()) e = ENOSPC;
+      if (free && *free < std::max(resume_free_bytes(), needed_)) e = ENOSPC;
     }
     if (e == 0) {
       spdlog::info("journal: writing to {} again{}: accepting new batches",
@@ -684,12 +698,14 @@ bool Journal::Maintain(const LiveIds& live_ids) {
       state_ = JournalState::kOk;
       problem_.clear();
       problem_errno_ = 0;
+      needed_ = 0;
       resumed = true;
     }
   } else {
     DeleteDeadSegments();
     MaybeStartCompaction(live_ids);
   }
+  space_ = io_.FreeBytes(options_.dir);
   RefreshGauges();
   return resumed;
 }

@@ -56,6 +56,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -162,6 +163,14 @@ class Journal {
 
   JournalState state() const { return state_; }
   bool accepting() const { return state_ == JournalState::kOk; }
+  // Whether a new batch's accepted record of `bytes` may be appended now:
+  // the journal accepts, and the free space last seen on the disk, less
+  // what was written and buffered since and a reserve for the records of
+  // finishing batches, holds it. When it does not, the journal turns
+  // kNoSpace (at once, before any write fails: a burst larger than the
+  // disk would otherwise be accepted whole and refused whole, again and
+  // again) and accepts again once that much and resume_free_bytes are free.
+  bool Admit(std::uint64_t bytes);
   // Why it is not accepting ("" while it is).
   const std::string& problem() const { return problem_; }
   int problem_errno() const { return problem_errno_; }
@@ -226,6 +235,10 @@ class Journal {
   std::unique_ptr<Job> job_;
   std::thread job_thread_;
   int compaction_backoff_ = 0;  // ticks to wait after a failed compaction
+  // Free bytes on the disk at the last look, less what was written since;
+  // empty when the file system cannot tell.
+  std::optional<std::uint64_t> space_;
+  std::uint64_t needed_ = 0;  // free bytes wanted before accepting again
   JournalStats stats_;
 };
 

@@ -61,6 +61,28 @@ def test_queue_full_is_waited_out_and_sent_again_never_dropped(fleet_env):
         assert c.stats["queue_full"] > 0
 
 
+def test_disk_full_is_waited_out_and_sent_again_never_dropped(fleet_env, tmp_path):
+    # A durable broker on a 2 MiB file system refuses new batches with
+    # disk_full once it is full, and accepts again as a worker drains it.
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "fleet-py-disk",
+                              str(disk)], capture_output=True).returncode == 0
+    if not mounted:
+        pytest.skip("cannot mount a 2 MiB tmpfs here (needs root)")
+    try:
+        fleet_env.broker("--data-dir", str(disk / "data"), "--journal-segment-mb", "1")
+        payloads = [b"%d:" % i + b"x" * 10000 for i in range(300)]
+        with fleet.Client(fleet_env.frontend, retry_seconds=0.05) as c:
+            futures = [c.submit(p) for p in payloads]
+            wait_for(lambda: c.stats["disk_full"] > 0, what="a disk_full rejection")
+            fleet_env.worker("w1", "--handler", "echo")
+            assert [f.result(60) for f in futures] == payloads
+    finally:
+        fleet_env.stop_all()
+        subprocess.run(["umount", "-l", str(disk)])
+
+
 def test_a_batch_without_result_in_time_fails_with_timeout(fleet_env):
     fleet_env.broker()
     with fleet.Client(fleet_env.frontend) as c:

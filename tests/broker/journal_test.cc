@@ -500,6 +500,36 @@ TEST_F(JournalTest, FullDiskFreesTheSegmentWhoseBatchesFinished) {
   EXPECT_EQ(j->stats().segments_deleted, 1u);
 }
 
+// Regression: a burst larger than the free space was accepted whole in
+// memory, failed whole at the write, was refused whole and sent again whole:
+// no batch ever got in. Now what fits is accepted and the rest refused.
+TEST_F(JournalTest, AdmitsWhatFitsAndRefusesTheRestBeforeAnyWriteFails) {
+  FaultyJournalIo io;
+  io.SetFree(300000);
+  JournalOptions o = WithKeys(Options());
+  o.io = &io;
+  std::unique_ptr<Journal> j;
+  Replay(o, &j);
+  const std::string big(100000, 'x');
+  int admitted = 0;
+  for (int i = 0; i < 5; ++i) {
+    if (!j->Admit(Rec(big.size()))) break;
+    j->Append(kAcc, big);
+    j->AddLive(j->active_segment(), Rec(big.size()));
+    ++admitted;
+  }
+  EXPECT_EQ(admitted, 2);
+  EXPECT_EQ(j->state(), JournalState::kNoSpace);
+  EXPECT_FALSE(j->Admit(10)) << "refusing until space returns";
+  EXPECT_EQ(j->Commit(), Journal::CommitResult::kWritten) << "what was admitted is written";
+  EXPECT_FALSE(j->Maintain(NoIds()));
+  io.SetFree(2u << 20);  // resume_free_bytes() is 1 MiB with 64 MiB segments
+  EXPECT_TRUE(j->Maintain(NoIds()));
+  EXPECT_TRUE(j->Admit(Rec(big.size())));
+  j.reset();
+  EXPECT_EQ(Replay(o).size(), 2u);
+}
+
 TEST_F(JournalTest, FailedSyncRefusesTheTurnAndTheNextWriteRecovers) {
   FaultyJournalIo io;
   JournalOptions o = WithKeys(Options());

@@ -141,6 +141,23 @@ TEST_F(ProducerTest, RejectsIdAlreadyOutstanding) {
   EXPECT_EQ(p.outstanding(), 1u);
 }
 
+// A durable broker whose disk is full refuses new batches until it can
+// write again: waited out like queue_full, never a failed batch.
+TEST_F(ProducerTest, DiskFullIsWaitedOutAndSentAgainLikeQueueFull) {
+  Producer p = MakeProducer();  // backoff 10 ms
+  ASSERT_TRUE(p.Submit("a", "", "payload-a"));
+  ASSERT_TRUE(PumpMessages(p, 1));
+  proto::Ack full;
+  full.rejected.push_back({"a", proto::ErrorCode::kDiskFull, "disk full"});
+  broker_.Send(full);
+  ASSERT_TRUE(Pump(p, [&] { return p.counters().disk_full_retries == 1; }));
+  EXPECT_EQ(p.counters().rejected, 0u);
+  EXPECT_EQ(p.outstanding(), 1u);
+  clock_.Advance(milliseconds(10));
+  ASSERT_TRUE(PumpMessages(p, 2));
+  EXPECT_EQ(broker_.received()[1].batches[0].payload, "payload-a");
+}
+
 TEST_F(ProducerTest, QueueFullIsRetriedAfterDoublingBackoffThenDeliveredOnce) {
   Producer p = MakeProducer();  // backoff 10 ms, doubling
   ASSERT_TRUE(p.Submit("a", "", "payload-a"));

@@ -501,15 +501,18 @@ void BrokerCore::TakeBack(BatchSeq seq, TimePoint now) {
     }
   }
   const std::string id(b->id);
-  Outbox::ProducerOut& out = Out(b->owner);
-  std::erase(out.accepted, id);
   journal_->RemoveLive(b->journal_segment, JournalBytes(*b));
   --counters_.submitted;
   ++counters_.rejected_disk_full;
   batches_.Erase(seq);
-  out.rejected.push_back({id, ErrorCode::kDiskFull,
-                          "the broker could not write its journal (" +
-                              ErrnoText(journal_->problem_errno()) + "): retry later"});
+  // Every producer told "accepted" this turn (the same id may have come
+  // from two) is told "disk_full" instead.
+  const std::string why =
+      "the broker could not write its journal (" + ErrnoText(journal_->problem_errno()) +
+      "): retry later";
+  for (auto& [identity, out] : outbox_.producers) {
+    if (std::erase(out.accepted, id) > 0) out.rejected.push_back({id, ErrorCode::kDiskFull, why});
+  }
 }
 
 std::vector<std::string> BrokerCore::LiveIds(std::uint64_t upto) const {

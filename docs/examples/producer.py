@@ -15,10 +15,10 @@ import zmq
 
 VERSION = 1
 SUBMIT, ACK, RESULT, ERROR = 1, 2, 3, 40
-QUEUE_FULL = 5
+QUEUE_FULL, DISK_FULL = 5, 13  # both: the broker asks to retry later
 OUTCOMES = {0: "ok", 1: "failed", 2: "unknown"}
 CHUNK = 1000        # batches per SUBMIT message
-RETRY_S = 0.2       # wait before re-submitting after queue_full
+RETRY_S = 0.2       # wait before re-submitting after queue_full or disk_full
 RESUBMIT_S = 5.0    # re-submit ids still unacknowledged after this long
 
 
@@ -66,7 +66,7 @@ def main():
             for rid, code, text in msg[3]:
                 if rid not in unacked or rid in results:
                     continue
-                if code == QUEUE_FULL:
+                if code in (QUEUE_FULL, DISK_FULL):
                     unacked[rid] = time.monotonic() + RETRY_S
                 else:  # refused for good: report it as a failed batch
                     unacked.pop(rid)

@@ -677,11 +677,15 @@ bool Journal::Maintain(const LiveIds& live_ids) {
   CollectCompaction(/*wait=*/false);
   bool resumed = false;
   if (state_ != JournalState::kOk) {
-    // Leave a segment that has data, so that it can go once its batches
-    // finish (on a full disk, nothing else frees space).
+    // Leave an active segment that holds batches, or is the oldest, so that
+    // it can go once they finish (on a full disk nothing else frees
+    // space). Not one that holds only other segments' finished records:
+    // a new file per tick would fill a small disk with headers.
+    const auto active = segments_.find(active_number_);
     if (file_ == nullptr) {
       OpenSegment(active_number_);
-    } else if (active_bytes_ > 0) {
+    } else if (active_bytes_ > 0 && active != segments_.end() &&
+               (active->second.live_count > 0 || active == segments_.begin())) {
       OpenSegment(active_number_ + 1);
     }
     DeleteDeadSegments();

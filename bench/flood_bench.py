@@ -14,8 +14,8 @@ during the flood. Settings:
   budget        the defaults (--max-message-bytes derived from
                 --max-batch-bytes, --max-inbound-mb 256)
   no-budget     the same frame limit, --max-inbound-mb 0
-  old-defaults  --max-message-bytes 64 MiB (frames up to 2 x 64 MiB + 4 KiB,
-                as before), no budget
+  64mib-frames  --max-message-bytes 64 MiB (the old default; the old
+                transport limit was twice that), no budget, --old-connections
 The last stdout line is one JSON object with every figure.
 """
 import argparse
@@ -116,7 +116,8 @@ def opening(frame_bytes):
 class Flood:
     """`n` connections, each sending frame_bytes - 1 of an announced frame."""
 
-    def __init__(self, host, port, n, frame_bytes, retry_ms):
+    def __init__(self, host, port, n, frame_bytes, retry_ms, rate=0.0):
+        self.rate = rate  # bytes/s per connection, 0: as fast as the broker reads
         self.addr = (host, port)
         self.n, self.frame, self.retry = n, frame_bytes, retry_ms / 1000.0
         self.head = opening(frame_bytes)
@@ -142,11 +143,11 @@ class Flood:
                     except BlockingIOError:
                         pass
                     self.connects += 1
-                    conns[i] = [s, len(self.head) + self.frame - 1, 0]
+                    conns[i] = [s, len(self.head) + self.frame - 1, 0, now]
                     sel.register(s, selectors.EVENT_WRITE | selectors.EVENT_READ, i)
             for key, ev in sel.select(timeout=0.05):
                 i = key.data
-                s, left, sent = conns[i]
+                s, left, sent, began = conns[i]
                 gone = False
                 if ev & selectors.EVENT_READ:
                     try:
@@ -161,8 +162,11 @@ class Flood:
                         data = self.head[sent:]
                     else:
                         data = self.chunk[:min(len(self.chunk), left)]
+                        if self.rate > 0:
+                            allowed = int(self.rate * (time.monotonic() - began)) - sent
+                            data = data[:max(0, allowed)]
                     try:
-                        k = s.send(data)
+                        k = s.send(data) if data else 0
                         conns[i][1] -= k
                         conns[i][2] += k
                     except (BlockingIOError, InterruptedError):
@@ -177,7 +181,7 @@ class Flood:
                     s.close()
                     del conns[i]
                     due[i] = time.monotonic() + self.retry
-        for s, _, _ in conns.values():
+        for s, *_ in conns.values():
             s.close()
 
     def stop(self):
@@ -190,13 +194,13 @@ def run_setting(args, name, flags):
         b = Broker(args.bin, tmp, flags, args.workers)
         try:
             time.sleep(1.0)  # workers register
-            old = name == "old-defaults"
-            frame = b.max_message * 2 + 4096 if old else b.max_message + (64 << 10)
+            old = name == "64mib-frames"
+            frame = b.max_message + (64 << 10)  # ZMQ_MAXMSGSIZE
             n = args.old_connections if old else args.connections
             rate_alone, _ = submit(args.bin, b.ep["frontend"], args.count, args.size)
             rss_before = status_kb(b.proc.pid, "VmRSS")
             host, port = b.ep["frontend"][len("tcp://"):].rsplit(":", 1)
-            flood = Flood(host, int(port), n, frame, args.retry_ms)
+            flood = Flood(host, int(port), n, frame, args.retry_ms, args.rate_mb_s * (1 << 20))
             time.sleep(args.settle)
             rate_flood, ok = submit(args.bin, b.ep["frontend"], args.count, args.size)
             time.sleep(max(0.0, args.seconds - args.settle))
@@ -226,6 +230,65 @@ def run_setting(args, name, flags):
     return r
 
 
+def storm(args):
+    """--storm N: N workers (DEALERs sending HELLO) connect at once to a
+    broker with the default budget, as after a broker restart; reports how
+    long until every one has its WELCOME and how many connections the
+    budget refused meanwhile. A worker whose HELLO went unanswered sends it
+    again after 1 s (fleet-worker waits heartbeat x liveness, 3 s)."""
+    import msgpack
+    import zmq
+    with tempfile.TemporaryDirectory(prefix="flood-storm-") as tmp:
+        b = Broker(args.bin, tmp, [], 0)
+        ctx = zmq.Context()
+        try:
+            socks = []
+            start = time.monotonic()
+            for i in range(args.storm):
+                s = ctx.socket(zmq.DEALER)
+                s.setsockopt(zmq.LINGER, 0)
+                s.setsockopt(zmq.IMMEDIATE, 1)
+                s.connect(b.ep["backend"])
+                socks.append(s)
+            hello = [msgpack.packb([1, 10, f"storm-{i}", 1, 1, []]) for i in range(args.storm)]
+            sent = [0.0] * args.storm
+            welcomed = set()
+            poller = zmq.Poller()
+            for s in socks:
+                poller.register(s, zmq.POLLIN)
+            deadline = start + 120
+            while len(welcomed) < args.storm and time.monotonic() < deadline:
+                now = time.monotonic()
+                for i, s in enumerate(socks):
+                    if i not in welcomed and now - sent[i] >= 1.0:
+                        try:
+                            s.send(hello[i], zmq.NOBLOCK)
+                            sent[i] = now
+                        except zmq.Again:
+                            pass
+                for s, _ in poller.poll(50):
+                    while True:
+                        try:
+                            m = msgpack.unpackb(s.recv(zmq.NOBLOCK), raw=False)
+                        except zmq.Again:
+                            break
+                        if m[1] == 11:
+                            welcomed.add(socks.index(s))
+            took = time.monotonic() - start
+            time.sleep(1.2)
+            refused = metric_sum(b.ep["metrics"], "fleet_connections_refused_total")
+        finally:
+            for s in socks:
+                s.close()
+            ctx.term()
+            b.stop()
+    r = {"workers": args.storm, "registered": len(welcomed), "seconds": round(took, 2),
+         "refused": refused}
+    log(f"storm: {len(welcomed)} of {args.storm} workers registered in {took:.2f} s; "
+        f"{refused:.0f} connections refused by the budget meanwhile")
+    print(json.dumps({"storm": r}))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -233,23 +296,30 @@ def main():
         os.path.abspath(__file__))), "build", "bin"))
     ap.add_argument("--connections", type=int, default=64, help="flooding connections")
     ap.add_argument("--old-connections", type=int, default=8,
-                    help="flooding connections with the old defaults (128 MiB frames each)")
+                    help="flooding connections with 64 MiB frames")
     ap.add_argument("--seconds", type=float, default=6.0, help="flood length")
     ap.add_argument("--settle", type=float, default=2.0,
                     help="flood time before the producer starts")
+    ap.add_argument("--rate-mb-s", type=float, default=0,
+                    help="MiB/s each connection sends (0: as fast as the broker reads)")
     ap.add_argument("--retry-ms", type=float, default=100, help="reconnect after a close")
     ap.add_argument("--count", type=int, default=20000, help="producer batches")
     ap.add_argument("--size", type=int, default=100, help="producer payload bytes")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--settings", default="budget,no-budget,old-defaults")
+    ap.add_argument("--settings", default="budget,no-budget,64mib-frames")
     ap.add_argument("--quick", action="store_true", help="fewer connections and batches")
+    ap.add_argument("--storm", type=int, default=0,
+                    help="instead: N workers connecting at once (default budget)")
     args = ap.parse_args()
+    if args.storm:
+        storm(args)
+        return
     if args.quick:
         args.connections, args.old_connections, args.count, args.seconds = 32, 4, 5000, 4.0
     settings = {
         "budget": [],
         "no-budget": ["--max-inbound-mb", "0"],
-        "old-defaults": ["--max-message-bytes", "67108864", "--max-inbound-mb", "0"],
+        "64mib-frames": ["--max-message-bytes", "67108864", "--max-inbound-mb", "0"],
     }
     results = [run_setting(args, s, settings[s]) for s in args.settings.split(",")]
     print(f"{'setting':<13} {'peak RSS':>9} {'refused':>8} {'evicted':>8} "

@@ -2,6 +2,7 @@
 // on credit. See DESIGN.md and docs/protocol.md.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <iostream>
@@ -69,10 +70,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 30));
   std::uint64_t max_inbound_mb = o.max_inbound_bytes >> 20;
-  app.add_option("--max-inbound-mb", max_inbound_mb,
+  CLI::Option* max_inbound_flag = app.add_option("--max-inbound-mb", max_inbound_mb,
                  "MiB that connections which have not yet sent a valid message may make the "
                  "broker hold (each is charged one frame of --max-message-bytes + 64 KiB); "
-                 "past it new connections are refused and counted. 0: no limit")
+                 "past it new connections are refused and counted. 0: no limit; by default "
+                 "raised to 4 frames when --max-message-bytes is that large")
       ->capture_default_str()->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 20));
   app.add_option("--metrics", metrics,
                  "ADDRESS:PORT to bind Prometheus /metrics on (0.0.0.0: every interface, "
@@ -121,6 +123,12 @@ int main(int argc, char** argv) {
     if (o.max_message_bytes != 0 && o.max_message_bytes < o.max_batch_bytes + 1024) {
       // (which also keeps it at 1 KiB or more)
       throw std::invalid_argument("--max-message-bytes must exceed --max-batch-bytes");
+    }
+    if (max_inbound_flag->count() == 0) {
+      // Not chosen: room for at least four silent connections however large
+      // --max-message-bytes is.
+      max_inbound_mb = std::max<std::uint64_t>(
+          max_inbound_mb, (4 * broker::TransportFrameLimit(o) + (1u << 20) - 1) >> 20);
     }
     o.max_inbound_bytes = max_inbound_mb << 20;
     if (o.max_inbound_bytes != 0 && o.max_inbound_bytes < broker::TransportFrameLimit(o)) {

@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test demo clean format fuzz sanitize soak bench bench-python
+.PHONY: all deps configure build test demo clean format fuzz sanitize soak bench bench-python bench-flood
 
 all: build
 
@@ -56,6 +56,13 @@ bench: build
 # About 40 s.
 bench-python: build
 	@/usr/bin/python3 bench/python_bench.py --bin $(abspath $(BUILD_DIR))/bin $(BENCH)
+
+# A flood of connections that each start a maximum-size frame and never
+# finish it (bench/flood_bench.py): the broker's peak RSS with the inbound
+# budget, without it and with the old frame limit, and a producer's
+# throughput alone and during the flood. About a minute; needs ~2 GB free.
+bench-flood: build
+	@/usr/bin/python3 bench/flood_bench.py --bin $(abspath $(BUILD_DIR))/bin $(BENCH)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -150,6 +150,44 @@ void BrokerMetrics::UpdateCurve(const CurveMonitor& monitor) {
   }
 }
 
+void BrokerMetrics::UpdateGuard(const ConnectionGuard& guard) {
+  if (guard_ == nullptr) {
+    guard_ = std::make_unique<GuardSeries>();
+    auto& family = BuildCounter()
+                       .Name("fleet_connections_refused_total")
+                       .Help("Connections closed by the inbound budget (--max-inbound-mb), by "
+                             "endpoint (producers, workers, control) and reason "
+                             "(inbound_budget: a new connection refused; unproven_evicted: a "
+                             "connection that sent nothing valid closed to make room)")
+                       .Register(registry_);
+    for (std::size_t i = 0; i < guard.size(); ++i) {
+      for (int r = 0; r < ConnectionGuard::kReasonCount; ++r) {
+        guard_->refused.push_back({&family.Add({{"endpoint", guard.name(i)},
+                                                {"reason", ConnectionGuard::ReasonName(r)}})});
+      }
+    }
+    auto gauge = [&](const char* name, const char* help) {
+      return &BuildGauge().Name(name).Help(help).Register(registry_).Add({});
+    };
+    guard_->reserved = gauge("fleet_inbound_reserved_bytes",
+                             "Worst-case bytes charged to connections that have not sent a "
+                             "valid message yet (one frame each)");
+    guard_->budget = gauge("fleet_inbound_budget_bytes", "--max-inbound-mb in bytes");
+    guard_->unproven = gauge("fleet_connections_unproven",
+                             "Connections that have not sent a valid message yet");
+  }
+  for (std::size_t i = 0; i < guard.size(); ++i) {
+    for (int r = 0; r < ConnectionGuard::kReasonCount; ++r) {
+      CurveSeries& s = guard_->refused[i * ConnectionGuard::kReasonCount + r];
+      Advance(*s.counter, guard.refused(i, r), s.last);
+    }
+  }
+  const InboundBudget& b = guard.budget();
+  guard_->reserved->Set(static_cast<double>(b.reserved_bytes()));
+  guard_->budget->Set(static_cast<double>(b.budget_bytes()));
+  guard_->unproven->Set(static_cast<double>(b.unproven()));
+}
+
 void BrokerMetrics::Update(BrokerCore& core, TimePoint now) {
   const BatchStore& batches = core.batches();
   for (const auto& [name, depth] : batches.Depths()) {

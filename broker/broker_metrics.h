@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "broker/broker_core.h"
+#include "broker/connection_guard.h"
 #include "common/curve_monitor.h"
 #include "common/string_map.h"
 
@@ -36,6 +37,9 @@ class BrokerMetrics {
   // With CURVE: refused handshakes by endpoint and reason (the series exist
   // only then, every endpoint and reason from the first call, at 0).
   void UpdateCurve(const CurveMonitor& monitor);
+  // With --max-inbound-mb: connections refused by endpoint and reason, and
+  // the budget's use (the series exist only then).
+  void UpdateGuard(const ConnectionGuard& guard);
 
  private:
   struct WorkerSeries {
@@ -78,8 +82,16 @@ class BrokerMetrics {
     std::uint64_t last = 0;  // counters: the value already added
   };
 
+  struct GuardSeries {
+    std::vector<CurveSeries> refused;  // endpoint-major, kReasonCount each
+    prometheus::Gauge* reserved;
+    prometheus::Gauge* budget;
+    prometheus::Gauge* unproven;
+  };
+
   prometheus::Registry& registry_;
   std::unique_ptr<JournalSeries> journal_;
+  std::unique_ptr<GuardSeries> guard_;
   std::vector<CurveSeries> curve_;  // endpoint-major, CurveMonitor::kReasonCount each
   std::vector<TableSeries> table_;
   prometheus::Family<prometheus::Gauge>& queue_depth_;

@@ -35,7 +35,17 @@ struct BrokerOptions {
   Duration result_retention = std::chrono::seconds(300);  // dedup window
   std::size_t max_retained_results = 100000;  // results kept for dedup/fetch
   std::size_t max_batch_bytes = 16u << 20;     // one payload; 1..1 GiB
-  std::size_t max_message_bytes = 64u << 20;   // one frame; >= max_batch_bytes
+  // One frame from any peer; 0: max_batch_bytes + kEnvelopeBytes (see
+  // MaxMessageBytes). Else at least max_batch_bytes + 1 KiB; up to 1 GiB.
+  std::size_t max_message_bytes = 0;
+  // Worst-case bytes that connections which have not yet sent a valid
+  // message may make the broker hold (each is charged one frame of
+  // ZMQ_MAXMSGSIZE); a connection past it is refused. 0: no limit.
+  // --max-inbound-mb; at least one frame, up to 1 TiB.
+  std::uint64_t max_inbound_bytes = std::uint64_t{256} << 20;
+  // How long a connection that has sent nothing valid is safe from being
+  // closed to make room for a new one under max_inbound_bytes. 10 ms..1 min.
+  Duration unproven_grace = std::chrono::seconds(1);
   std::size_t max_id_bytes = 256;              // batch, worker, queue ids
   // CURVE: the broker's key pair file and the allowlists of client public
   // keys per endpoint. All empty: plain TCP (anyone who reaches a port).
@@ -49,5 +59,26 @@ struct BrokerOptions {
   bool journal_recover = false;  // start past damaged records (--journal-recover)
   JournalIo* journal_io = nullptr;  // tests: the journal's file system (null: the real one)
 };
+
+// The protocol's largest envelope around one payload of max_batch_bytes: a
+// DONE carrying one result of that size with a 64 KiB error text, or a
+// SUBMIT of one batch with 256-byte id and queue, and their msgpack
+// headers, rounded up.
+inline constexpr std::size_t kEnvelopeBytes = 68u << 10;
+
+// Bytes over --max-message-bytes that libzmq still delivers (ZMQ_MAXMSGSIZE),
+// so a slightly oversized frame gets ERROR too_large instead of a silently
+// dropped connection; larger frames make libzmq drop the connection.
+inline constexpr std::size_t kFrameSlackBytes = 64u << 10;
+
+// --max-message-bytes as set, or derived from --max-batch-bytes.
+inline std::size_t MaxMessageBytes(const BrokerOptions& o) {
+  return o.max_message_bytes != 0 ? o.max_message_bytes : o.max_batch_bytes + kEnvelopeBytes;
+}
+
+// ZMQ_MAXMSGSIZE of the broker's sockets.
+inline std::size_t TransportFrameLimit(const BrokerOptions& o) {
+  return MaxMessageBytes(o) + kFrameSlackBytes;
+}
 
 }  // namespace fleet::broker

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "broker/broker_metrics.h"
 #include "broker/journal_records.h"
@@ -81,14 +82,15 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
     core_.SetJournal(journal_.get());
     core_.FinishRestore(now);
   }
-  limits_.max_message_bytes = options.max_message_bytes;
+  const std::size_t max_message_bytes = MaxMessageBytes(options);
+  limits_.max_message_bytes = max_message_bytes;
   // Payload size is checked per batch by the core, so that one oversized
   // batch is refused alone instead of failing its whole message.
-  limits_.max_payload_bytes = options.max_message_bytes;
+  limits_.max_payload_bytes = max_message_bytes;
   limits_.max_id_bytes = options.max_id_bytes;
   // A worker's error text is cut by the core, not refused with its DONE
   // (refusing the DONE would leave its batches held).
-  limits_.max_text_bytes = std::min<std::size_t>(options.max_message_bytes, 1u << 20);
+  limits_.max_text_bytes = std::min<std::size_t>(max_message_bytes, 1u << 20);
   SocketLimits sl;
   // Linger bounds the exit: what a live peer is owed leaves within
   // microseconds; only a peer that stopped reading holds messages back, and
@@ -96,9 +98,11 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
   // has no result when it reconnects).
   sl.linger_ms = kShutdownLingerMs;
   // Frames over the transport limit make libzmq drop the connection; keep it
-  // above the codec's limit so an oversized message gets a clear ERROR.
-  sl.max_message_bytes = static_cast<int>(
-      std::min<std::size_t>(options.max_message_bytes * 2 + 4096, 0x7fffffff));
+  // a little above the codec's limit so a message just over it gets a clear
+  // ERROR. Only a little: until it has the whole frame, libzmq holds up to
+  // this much per connection, out of the broker's sight (ConnectionGuard).
+  sl.max_message_bytes =
+      static_cast<int>(std::min<std::size_t>(TransportFrameLimit(options), 0x7fffffff));
   for (zmq::socket_t* s : {&frontend_, &backend_, &control_}) {
     ApplySocketOptions(*s, sl, /*router=*/true);
   }
@@ -135,6 +139,22 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
   frontend_endpoint_ = BindSocket(frontend_, options.frontend);
   backend_endpoint_ = BindSocket(backend_, options.backend);
   control_endpoint_ = BindSocket(control_, options.control);
+  if (options.max_inbound_bytes > 0) {
+    // With CURVE the CurveMonitor below owns the monitors and shares them.
+    guard_ = std::make_unique<ConnectionGuard>(context_, options.max_inbound_bytes,
+                                               options.unproven_grace);
+    const std::uint64_t charge = static_cast<std::uint64_t>(sl.max_message_bytes);
+    for (auto [socket, endpoint, name] :
+         {std::tuple{&frontend_, &frontend_endpoint_, "producers"},
+          std::tuple{&backend_, &backend_endpoint_, "workers"},
+          std::tuple{&control_, &control_endpoint_, "control"}}) {
+      if (curve) {
+        guard_->Track(*endpoint, name, charge);
+      } else {
+        guard_->Watch(*socket, *endpoint, name, charge);
+      }
+    }
+  }
   if (curve) {
     // libzmq lets every key in when no ZAP handler answers: prove ours does,
     // on each endpoint, with a real handshake from a key nobody listed.
@@ -148,6 +168,12 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
     }
     // After the self-check, so its refusals are not counted.
     curve_monitor_ = std::make_unique<CurveMonitor>(context_);
+    if (guard_ != nullptr) {
+      ConnectionGuard* guard = guard_.get();
+      curve_monitor_->Share(ConnectionGuard::kEvents,
+                            [guard](std::size_t i, std::uint16_t event, std::uint32_t value,
+                                    TimePoint now) { guard->OnEvent(i, event, value, now); });
+    }
     curve_monitor_->Watch(frontend_, "producers");
     curve_monitor_->Watch(backend_, "workers");
     curve_monitor_->Watch(control_, "control");
@@ -174,6 +200,11 @@ void BrokerServer::Run(const std::function<bool()>& stop) {
   for (std::size_t i = 0; i < monitors; ++i) {
     items.push_back({curve_monitor_->socket(i).handle(), 0, ZMQ_POLLIN, 0});
   }
+  const std::size_t guard_first = items.size();
+  const std::size_t guards = guard_ != nullptr ? guard_->monitors() : 0;
+  for (std::size_t i = 0; i < guards; ++i) {
+    items.push_back({guard_->socket(i).handle(), 0, ZMQ_POLLIN, 0});
+  }
   // Housekeeping runs twice per heartbeat so a heartbeat is never late by
   // more than half an interval.
   const Duration tick = options_.heartbeat / 2;
@@ -197,6 +228,9 @@ void BrokerServer::Run(const std::function<bool()>& stop) {
     now = clock_.Now();
     for (std::size_t i = 0; i < monitors; ++i) {
       if (items[3 + i].revents & ZMQ_POLLIN) curve_monitor_->Drain(i, now);
+    }
+    for (std::size_t i = 0; i < guards; ++i) {
+      if (items[guard_first + i].revents & ZMQ_POLLIN) guard_->Drain(i, now);
     }
     const bool active = (items[0].revents | items[1].revents | items[2].revents) & ZMQ_POLLIN;
     busy_since_tick |= active;
@@ -232,6 +266,7 @@ void BrokerServer::Run(const std::function<bool()>& stop) {
         published_queued = core_.batches().queued();
         if (journal_ != nullptr) metrics_->UpdateJournal(journal_->stats());
         if (curve_monitor_ != nullptr) metrics_->UpdateCurve(*curve_monitor_);
+        if (guard_ != nullptr) metrics_->UpdateGuard(*guard_);
       }
       // Deletes finished segments, starts or collects a compaction (off
       // the loop), and retries a journal that could not be written.
@@ -259,6 +294,7 @@ void BrokerServer::Drain(zmq::socket_t& socket, Socket which, TimePoint now) {
       core_.OnBadInput(which, identity, d.error, d.detail, d.request_id);
       continue;
     }
+    if (guard_ != nullptr && guard_->watching()) guard_->OnValidMessage(frames_[1]);
     // `d.message` borrows from frames_[1], which lives until the next recv.
     core_.OnMessage(which, identity, *d.message, now);
   }

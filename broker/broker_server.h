@@ -14,6 +14,7 @@
 
 #include "broker/broker_core.h"
 #include "broker/broker_options.h"
+#include "broker/connection_guard.h"
 #include "common/clock.h"
 #include "common/codec.h"
 #include "common/curve.h"
@@ -46,6 +47,8 @@ class BrokerServer {
   const ZapHandler* zap() const { return zap_.get(); }
   // With CURVE: handshakes refused per endpoint and reason, else null.
   const CurveMonitor* curve_monitor() const { return curve_monitor_.get(); }
+  // With --max-inbound-mb: connections charged and refused, else null.
+  const ConnectionGuard* guard() const { return guard_.get(); }
   // The broker's public key (Z85) with CURVE, else empty.
   const std::string& curve_public_key() const { return curve_keys_.public_key; }
 
@@ -80,6 +83,8 @@ class BrokerServer {
   class BrokerMetrics* metrics_ = nullptr;
   std::vector<std::string> ready_lines_;
   CurveKeyPair curve_keys_;
+  // The inbound budget; stops its monitors before the sockets close.
+  std::unique_ptr<ConnectionGuard> guard_;
   // With CURVE: refused handshakes; before the sockets in destruction.
   std::unique_ptr<CurveMonitor> curve_monitor_;
   // Last: stops before the sockets close. In that moment a handshake would

@@ -2,6 +2,7 @@
 // on credit. See DESIGN.md and docs/protocol.md.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <iostream>
@@ -64,8 +65,17 @@ int main(int argc, char** argv) {
   app.add_option("--max-batch-bytes", o.max_batch_bytes, "largest payload of one batch")
       ->capture_default_str()->check(CLI::Range(1ul, 1ul << 30));
   app.add_option("--max-message-bytes", o.max_message_bytes,
-                 "largest message (one frame) accepted from any peer")
-      ->capture_default_str()->check(CLI::Range(1024ul, 1ul << 30));
+                 "largest message (one frame) accepted from any peer; 0: --max-batch-bytes + "
+                 "68 KiB (one batch of the largest size and its envelope)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 30));
+  std::uint64_t max_inbound_mb = o.max_inbound_bytes >> 20;
+  CLI::Option* max_inbound_flag = app.add_option("--max-inbound-mb", max_inbound_mb,
+                 "MiB that connections which have not yet sent a valid message may make the "
+                 "broker hold (each is charged one frame of --max-message-bytes + 64 KiB); "
+                 "past it new connections are refused and counted. 0: no limit; by default "
+                 "raised to 4 frames when --max-message-bytes is that large")
+      ->capture_default_str()->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 20));
   app.add_option("--metrics", metrics,
                  "ADDRESS:PORT to bind Prometheus /metrics on (0.0.0.0: every interface, "
                  "127.0.0.1: this host only; port 0 picks one; \"\" turns it off); only "
@@ -116,8 +126,22 @@ int main(int argc, char** argv) {
 
   try {
     SetupLogging("fleet-broker", log_level);
-    if (o.max_message_bytes < o.max_batch_bytes + 1024) {
+    if (o.max_message_bytes != 0 && o.max_message_bytes < o.max_batch_bytes + 1024) {
+      // (which also keeps it at 1 KiB or more)
       throw std::invalid_argument("--max-message-bytes must exceed --max-batch-bytes");
+    }
+    if (max_inbound_flag->count() == 0) {
+      // Not chosen: room for at least four silent connections however large
+      // --max-message-bytes is.
+      max_inbound_mb = std::max<std::uint64_t>(
+          max_inbound_mb, (4 * broker::TransportFrameLimit(o) + (1u << 20) - 1) >> 20);
+    }
+    o.max_inbound_bytes = max_inbound_mb << 20;
+    if (o.max_inbound_bytes != 0 && o.max_inbound_bytes < broker::TransportFrameLimit(o)) {
+      throw std::invalid_argument(fmt::format(
+          "--max-inbound-mb {} does not hold one frame of {} bytes (--max-message-bytes + 64 "
+          "KiB): raise it, or 0 for no limit",
+          max_inbound_mb, broker::TransportFrameLimit(o)));
     }
     o.blacklist_ttl = std::chrono::duration_cast<Duration>(
         std::chrono::duration<double>(blacklist_ttl_s));
@@ -162,9 +186,10 @@ int main(int argc, char** argv) {
     }
     spdlog::info(
         "listening: frontend {} backend {} control {} metrics {}; max-queue {} max-attempts {} "
-        "blacklist-ttl {} s; {}; {}",
+        "blacklist-ttl {} s; max-message-bytes {} max-inbound-mb {}; {}; {}",
         server.frontend_endpoint(), server.backend_endpoint(), server.control_endpoint(),
-        metrics_url, o.max_queue, o.max_attempts, blacklist_ttl_s, durability,
+        metrics_url, o.max_queue, o.max_attempts, blacklist_ttl_s, broker::MaxMessageBytes(o),
+        max_inbound_mb == 0 ? std::string("off") : std::to_string(max_inbound_mb), durability,
         server.curve_public_key().empty()
             ? std::string("no authentication (anyone who reaches the ports gets in; "
                           "--curve-secret-key turns CURVE on)")

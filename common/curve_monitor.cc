@@ -12,7 +12,7 @@ namespace fleet {
 namespace {
 
 // Only failed handshakes: a busy endpoint's connects and disconnects never
-// wake the loop.
+// wake the loop (unless a sharer asked for them, see Share).
 constexpr int kEvents = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
                         ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
 
@@ -71,7 +71,7 @@ CurveMonitor::~CurveMonitor() {
 void CurveMonitor::Watch(zmq::socket_t& server, const std::string& name) {
   static std::atomic<int> counter{0};
   const std::string endpoint = "inproc://fleet-curve-monitor-" + std::to_string(++counter);
-  if (zmq_socket_monitor(server.handle(), endpoint.c_str(), kEvents) != 0) {
+  if (zmq_socket_monitor(server.handle(), endpoint.c_str(), kEvents | shared_events_) != 0) {
     throw std::runtime_error("cannot monitor the " + name + " endpoint's handshakes: " +
                              zmq_strerror(zmq_errno()));
   }
@@ -92,6 +92,7 @@ void CurveMonitor::Drain(std::size_t i, TimePoint now) {
     std::uint32_t value = 0;
     std::memcpy(&event, frames_[0].data(), sizeof event);
     std::memcpy(&value, static_cast<const char*>(frames_[0].data()) + 2, sizeof value);
+    if (hook_ && (event & shared_events_) != 0) hook_(i, event, value, now);
     const int reason = ReasonOf(event, value);
     if (reason < 0) continue;
     ++w.counts[reason];

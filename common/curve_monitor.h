@@ -24,6 +24,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,17 @@ class CurveMonitor {
   ~CurveMonitor();
   CurveMonitor(const CurveMonitor&) = delete;
   CurveMonitor& operator=(const CurveMonitor&) = delete;
+
+  // libzmq allows one monitor per socket: another watcher of the same
+  // sockets (the broker's ConnectionGuard) asks here for the events in
+  // `events`, which `hook` then gets with the endpoint's index. Call before
+  // Watch.
+  using Hook = std::function<void(std::size_t i, std::uint16_t event, std::uint32_t value,
+                                  TimePoint now)>;
+  void Share(int events, Hook hook) {
+    shared_events_ = events;
+    hook_ = std::move(hook);
+  }
 
   // Starts watching `server`, a CURVE server socket, under `name` (the
   // endpoint's role: producers, workers, control). Throws
@@ -71,6 +83,8 @@ class CurveMonitor {
   zmq::context_t& context_;
   std::vector<Watched> watched_;
   std::vector<zmq::message_t> frames_;
+  int shared_events_ = 0;
+  Hook hook_;
 };
 
 }  // namespace fleet

@@ -31,6 +31,11 @@ constexpr Millis kMaxPoll{1000};
 constexpr Millis kDuplicateRetry{500};
 // An error text longer than this is cut (the codec allows 64 KiB).
 constexpr std::size_t kMaxErrorBytes = 8 << 10;
+// Results packed into one DONE, like the broker's own messages: the broker
+// refuses frames over its --max-message-bytes (by default the largest batch
+// plus 68 KiB), so several results share a DONE only up to this, and a
+// larger one (at most max_payload_bytes) travels alone.
+constexpr std::size_t kMaxDoneBytes = 8u << 20;
 
 // fleet::StopRequested() only says "at least one signal came". To tell the
 // second one apart, the loop re-arms SIGINT/SIGTERM with this handler once
@@ -552,12 +557,13 @@ void Worker::Flush(TimePoint now) {
 }
 
 // One DONE per loop iteration carries everything finished since the last
-// one; it is split only when it would exceed the broker's frame or item
-// limits. The credit (see CreditLedger) rides on the first part.
+// one; it is split at kMaxDoneBytes and the broker's item limit. The credit
+// (see CreditLedger) rides on the first part.
 bool Worker::SendDone(TimePoint now) {
   std::uint32_t credit = 0;
   bool granted = false;
-  const std::size_t budget = options_.limits.max_message_bytes - 4096;
+  const std::size_t budget =
+      std::min(options_.limits.max_message_bytes - 4096, kMaxDoneBytes);
   // No results but credit to grant (a handler became ready): one DONE
   // with an empty list.
   bool grant_only = unsent_.empty();

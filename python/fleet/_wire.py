@@ -30,8 +30,11 @@ DISK_FULL = 13
 # Limits (section 8): ids and queue names, items per list.
 MAX_ID_BYTES = 256
 MAX_ITEMS = 65536
-# A SUBMIT is cut at this many batches or about this many payload bytes, well
-# below the broker's --max-message-bytes default of 64 MiB.
+# A SUBMIT is cut at this many batches or this many payload bytes; a larger
+# batch (at most --max-batch-bytes, 16 MiB by default) travels alone. The
+# broker's --max-message-bytes defaults to --max-batch-bytes + 68 KiB, so
+# both fit: 8 MiB of payloads plus 4096 ids and queues of at most 256 bytes
+# (2 MiB), or one batch of the largest size with its envelope.
 SUBMIT_MAX_BATCHES = 4096
 SUBMIT_MAX_BYTES = 8 << 20
 

@@ -488,6 +488,12 @@ class Client:
                     # cannot fail the ones it was sent with.
                     out.appendleft(bid)
                     break
+                if batches and size + len(e.payload) > w.SUBMIT_MAX_BYTES:
+                    # Not past the cap with others: a large batch goes in
+                    # the next SUBMIT (alone if it is over the cap), so no
+                    # message exceeds the broker's --max-message-bytes.
+                    out.appendleft(bid)
+                    break
                 batches.append([bid, e.queue, e.payload])
                 ids.append(bid)
                 size += len(e.payload)

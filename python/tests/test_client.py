@@ -104,6 +104,18 @@ def test_rejected_batches_keep_the_brokers_reason(fleet_env):
             c.submit(b"x" * (c.max_payload_bytes + 1))
 
 
+def test_a_batch_of_the_largest_size_after_a_large_one_fits_the_brokers_frame_limit(fleet_env):
+    # The broker's --max-message-bytes is --max-batch-bytes + 68 KiB: a
+    # 16 MiB batch must not share a SUBMIT with 7 MiB of others.
+    fleet_env.broker()
+    fleet_env.worker("w1", "--handler", "echo", "--concurrency", "2")
+    with fleet.Client(fleet_env.frontend, timeout=60) as c:
+        payloads = [b"a" * (7 << 20), b"b" * (16 << 20), b"c" * 10]
+        assert list(c.map(payloads)) == payloads
+        # No SUBMIT drew ERROR too_large (the client would re-send alone).
+        assert c.stats["errors"] == 0
+
+
 def test_batches_survive_a_broker_restart(fleet_env):
     from fleet import control
     ports = [free_port() for _ in range(3)]

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <fstream>
 #include <random>
@@ -128,6 +129,39 @@ GarbageStats GarbageRound(const std::string& endpoint, std::size_t count, std::s
   stats.rounds = 1;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
+}
+
+int StartUnfinishedFrame(const std::string& endpoint, std::size_t announced, std::size_t sent) {
+  const int fd = Connect(Address(endpoint));
+  if (fd < 0) return -1;
+  // READY with Socket-Type DEALER, then a long frame's header (flags 0x02,
+  // 64-bit big-endian size).
+  const std::string type = "Socket-Type", value = "DEALER";
+  std::string ready = "\x05READY" + std::string(1, static_cast<char>(type.size())) + type +
+                      std::string("\0\0\0", 3) + static_cast<char>(value.size()) + value;
+  std::string out = Greeting("NULL") + "\x04" + static_cast<char>(ready.size()) + ready + "\x02";
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    out += static_cast<char>((static_cast<std::uint64_t>(announced) >> shift) & 0xff);
+  }
+  out.append(std::min(sent, announced), 'x');
+  std::size_t at = 0;
+  while (at < out.size()) {
+    // Blocking, bounded by the socket's 3 s send timeout.
+    ssize_t n = send(fd, out.data() + at, out.size() - at, MSG_NOSIGNAL);
+    if (n <= 0) break;  // closed by the broker: the caller finds out
+    at += static_cast<std::size_t>(n);
+  }
+  return fd;
+}
+
+bool PeerClosed(int fd) {
+  char buf[4096];
+  while (true) {
+    ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) continue;
+    if (n == 0) return true;
+    return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  }
 }
 
 GarbageFlood::GarbageFlood(std::string endpoint, std::size_t count, std::size_t batch,

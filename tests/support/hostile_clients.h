@@ -43,6 +43,18 @@ struct GarbageStats {
 GarbageStats GarbageRound(const std::string& endpoint, std::size_t count, std::size_t batch,
                           unsigned seed);
 
+// A raw TCP connection to `endpoint` that speaks ZMTP 3.0 (NULL mechanism)
+// as a DEALER, then starts one frame announcing `announced` bytes, sends
+// `sent` of them and never finishes it: what a peer does to make the
+// receiver hold memory it cannot see. Returns the fd (the caller closes it)
+// or -1 when the connect failed. A broker that closes the connection
+// meanwhile is not an error (see PeerClosed).
+int StartUnfinishedFrame(const std::string& endpoint, std::size_t announced, std::size_t sent);
+
+// True when the peer of `fd` has closed or reset the connection (reads and
+// discards whatever it sent, without blocking).
+bool PeerClosed(int fd);
+
 // GarbageRound again and again on a thread, `gap` between rounds, until Stop.
 class GarbageFlood {
  public:

@@ -263,8 +263,9 @@ ZapHandler::~ZapHandler() {
 void ZapHandler::Run() {
   zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
   std::vector<zmq::message_t> frames;
-  // By the peer's address: one line per address per 10 s, so a flood from
-  // one host neither floods the log nor hides another host.
+  // By endpoint and peer address: one line per address per 10 s on each
+  // endpoint, so a flood from one host neither floods the log nor hides
+  // another host (or the same host on another endpoint).
   KeyedLogThrottle throttle;
   auto next_summary = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!stop_) {
@@ -305,15 +306,15 @@ void ZapHandler::Run() {
         spdlog::debug("the start-up self-check's unlisted key was refused on the {} endpoint, "
                       "as it must be", domain);
       } else if (++refused_,
-                 throttle.Allow(frames[3].to_string(), std::chrono::steady_clock::now(),
-                                &held_back)) {
+                 throttle.Allow(domain + " " + frames[3].to_string(),
+                                std::chrono::steady_clock::now(), &held_back)) {
         spdlog::warn("refused a {} client on the {} endpoint from {}: its key {} is not on "
                      "the endpoint's allowlist{}",
                      mechanism, domain.empty() ? "(no domain)" : domain, frames[3].to_string(),
                      key.empty() ? "(none)" : EncodeZ85Key(key),
                      held_back == 0
                          ? ""
-                         : fmt::format(" ({} more refused from this address since its last line)",
+                         : fmt::format(" ({} more refused from this address here since its last line)",
                                        held_back));
       }
     }

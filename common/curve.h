@@ -74,8 +74,8 @@ void ApplyCurveServer(zmq::socket_t& socket, const CurveKeyPair& keys, const std
 // domain as its User-Id. Everything else (unknown key, unknown domain,
 // another mechanism) is refused with 400 and logged as a warning with the
 // endpoint, the peer's address and its public key (at most one line per
-// peer address per 10 s; the next says how many it stands for, and a
-// summary line every 10 s counts those no line reported). `probe_key` (Z85, may be
+// peer address and endpoint per 10 s; the next says how many it stands
+// for, and a summary line every 10 s counts those no line reported). `probe_key` (Z85, may be
 // empty) is the broker's own start-up self-check: refused like any unknown
 // key, but logged at debug and not counted, since it is no attack.
 //

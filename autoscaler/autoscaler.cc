@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "common/zmq_util.h"
+#include "fleet/errors.h"
 
 namespace fleet::autoscaler {
 
@@ -276,9 +277,25 @@ void Autoscaler::LogDecision(const Decision& d, const Observation& obs) {
 }
 
 int Autoscaler::Run(const Clock& clock, const std::function<bool()>& stop) {
+  try {
+    return Loop(clock, stop);
+  } catch (const AuthenticationError&) {
+    // The workers it started cannot be retired through the broker either.
+    std::vector<std::string> alive = launcher_.Alive();
+    spdlog::info("stopping: the broker refused us; stopping {} workers", alive.size());
+    launcher_.StopAll(options_.grace);
+    throw;
+  }
+}
+
+int Autoscaler::Loop(const Clock& clock, const std::function<bool()>& stop) {
   std::optional<double> demand;
   bool watching = false;  // the pool is empty and idle: keep a wait-demand request out
   while (!stop()) {
+    // A broker that refused our handshake never answers: stop, saying why,
+    // rather than scale blind (throws fleet::AuthenticationError, and so
+    // may any control call of Turn).
+    control_.CheckHandshake();
     TimePoint now = clock.Now();
     const std::uint64_t before = decisions_;
     TimePoint wake = Turn(now, std::exchange(demand, std::nullopt));
@@ -296,8 +313,10 @@ int Autoscaler::Run(const Clock& clock, const std::function<bool()>& stop) {
     // reply on the watch, or a signal (so SIGTERM is seen at once). A
     // request that is due (none could go out without a connection, or the
     // one out is overdue) goes when the socket is writable.
-    zmq::pollitem_t items[2] = {{nullptr, reader_.fd(), ZMQ_POLLIN, 0}, {}};
-    std::size_t n = 1;
+    zmq::pollitem_t items[3] = {{nullptr, reader_.fd(), ZMQ_POLLIN, 0},
+                                {control_.monitor().handle(), 0, ZMQ_POLLIN, 0},
+                                {}};
+    std::size_t n = 2;
     if (watch_ != nullptr) {
       short events = ZMQ_POLLIN;
       if (watching) {
@@ -310,8 +329,8 @@ int Autoscaler::Run(const Clock& clock, const std::function<bool()>& stop) {
       items[n++] = {watch_->socket().handle(), 0, events, 0};
     }
     PollNoThrow(items, n, std::chrono::duration_cast<Millis>(wake - now) + Millis(1));
-    if (n < 2) continue;
-    const zmq::pollitem_t& item = items[1];
+    if (n < 3) continue;
+    const zmq::pollitem_t& item = items[2];
     if (item.revents & ZMQ_POLLIN) {
       demand = watch_->Receive();
       // Workers of ours appeared since the request went out: the scheduled

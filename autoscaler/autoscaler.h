@@ -79,7 +79,9 @@ class Autoscaler {
 
   // Turns until stop() is true, sleeping in zmq_poll in between (woken by
   // the next deadline, a finished metrics read, the watch, or a signal),
-  // then stops every worker it started (they drain) and returns 0.
+  // then stops every worker it started (they drain) and returns 0. When
+  // the broker refuses the control client's handshake for good, stops the
+  // workers it started and throws fleet::AuthenticationError.
   int Run(const Clock& clock, const std::function<bool()>& stop);
 
   const PoolTracker& pool() const { return pool_; }
@@ -90,6 +92,7 @@ class Autoscaler {
   int metrics_fd() const { return reader_.fd(); }
 
  private:
+  int Loop(const Clock& clock, const std::function<bool()>& stop);
   // What is left of one decision's time for control calls (real time).
   // The control time of a decision: min(control_timeout, poll / 2).
   std::chrono::milliseconds ControlTime() const;

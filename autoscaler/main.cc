@@ -12,10 +12,12 @@
 #include "autoscaler/docker_launcher.h"
 #include "autoscaler/process_launcher.h"
 #include "common/curve.h"
+#include "common/endpoint.h"
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/metrics_server.h"
 #include "common/signals.h"
+#include "fleet/errors.h"
 
 namespace {
 
@@ -50,7 +52,8 @@ int main(int argc, char** argv) {
 
   CLI::App app("fleet-autoscaler: starts workers when work waits and retires idle ones "
                "through the broker (retire-if-idle + blacklist), so scaling never loses or "
-               "fails a batch");
+               "fails a batch.\nExit 0 on a stop signal, 1 on a failure, 2 on bad flags, 3 when "
+               "the broker refuses the control client's handshake (authentication failed).");
   app.add_option("--control", control, "the broker's control endpoint")->capture_default_str();
   app.add_option("--metrics-source", source_spec,
                  "the broker's /metrics URL, or prometheus:http://HOST:9090 to query a "
@@ -177,6 +180,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    CheckEndpoint("--control", control, EndpointUse::kConnect);
     (void)LoadCurveClient(curve_server_key, curve_key);  // used below; checked first
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fleet-autoscaler: %s\n", e.what());
@@ -256,6 +260,9 @@ int main(int argc, char** argv) {
                  m.url().empty() ? "off" : m.url(), o.pool.id_prefix, tag);
     SteadyClock clock;
     return scaler.Run(clock, [] { return StopRequested(); });
+  } catch (const AuthenticationError& e) {  // the broker refused the control client
+    spdlog::error("fleet-autoscaler: {}", e.what());
+    return kAuthFailed;
   } catch (const std::invalid_argument& e) {  // contradictory or missing settings
     spdlog::error("fleet-autoscaler: {}", e.what());
     return kUsageError;

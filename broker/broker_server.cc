@@ -10,6 +10,7 @@
 
 #include "broker/broker_metrics.h"
 #include "broker/journal_records.h"
+#include "common/endpoint.h"
 #include "common/zmq_util.h"
 
 namespace fleet::broker {
@@ -53,6 +54,52 @@ void SendChunked(std::vector<Item>& items, Make make, SizeOf size_of, SendFn sen
 
 }  // namespace
 
+namespace {
+
+ZapHandler::Allowlists ReadAllowlists(const BrokerOptions& options) {
+  return {{"producers", ReadAllowlist(options.curve_producers_file)},
+          {"workers", ReadAllowlist(options.curve_workers_file)},
+          {"control", ReadAllowlist(options.curve_control_file)}};
+}
+
+}  // namespace
+
+bool BrokerServer::ReloadAllowlists() {
+  if (zap_ == nullptr) {
+    spdlog::info("SIGHUP: no CURVE allowlists to reload (the broker runs without CURVE)");
+    return false;
+  }
+  ZapHandler::Allowlists fresh;
+  try {
+    fresh = ReadAllowlists(options_);
+  } catch (const std::exception& e) {
+    spdlog::error("SIGHUP: CURVE allowlists not reloaded, the old ones stay in force: {}",
+                  e.what());
+    return false;
+  }
+  std::string changes;
+  for (const auto& [domain, keys] : fresh) {
+    const std::set<std::string>& old = allowlists_[domain];
+    std::size_t added = 0, removed = 0;
+    for (const std::string& k : keys) added += old.count(k) == 0 ? 1 : 0;
+    for (const std::string& k : old) removed += keys.count(k) == 0 ? 1 : 0;
+    changes += fmt::format("{}{} {} keys (+{} -{})", changes.empty() ? "" : ", ", domain,
+                           keys.size(), added, removed);
+  }
+  zap_->Replace(fresh);
+  allowlists_ = std::move(fresh);
+  spdlog::info("SIGHUP: CURVE allowlists reloaded: {}; removed keys are refused from their "
+               "next handshake on, their open connections stay",
+               changes);
+  return true;
+}
+
+void CheckBrokerEndpoints(const BrokerOptions& options) {
+  CheckEndpoint("--frontend", options.frontend, EndpointUse::kBind);
+  CheckEndpoint("--backend", options.backend, EndpointUse::kBind);
+  CheckEndpoint("--control", options.control, EndpointUse::kBind);
+}
+
 BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
     : options_(options),
       clock_(clock),
@@ -61,6 +108,7 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
       frontend_(context_, zmq::socket_type::router),
       backend_(context_, zmq::socket_type::router),
       control_(context_, zmq::socket_type::router) {
+  CheckBrokerEndpoints(options);
   if (!options.data_dir.empty()) {
     if (options.max_batch_bytes + 2 * options.max_id_bytes + 16 > Journal::kMaxRecordBytes) {
       throw std::invalid_argument(
@@ -122,13 +170,8 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
     // The self-check below connects with this unlisted key; the handler
     // refuses it like any other but does not report it as an intruder.
     probe_keys = GenerateKeyPair();
-    zap_ = std::make_unique<ZapHandler>(
-        context_,
-        std::map<std::string, std::set<std::string>>{
-            {"producers", ReadAllowlist(options.curve_producers_file)},
-            {"workers", ReadAllowlist(options.curve_workers_file)},
-            {"control", ReadAllowlist(options.curve_control_file)}},
-        probe_keys.public_key);
+    allowlists_ = ReadAllowlists(options);
+    zap_ = std::make_unique<ZapHandler>(context_, allowlists_, probe_keys.public_key);
     ApplyCurveServer(frontend_, curve_keys_, "producers");
     ApplyCurveServer(backend_, curve_keys_, "workers");
     ApplyCurveServer(control_, curve_keys_, "control");
@@ -189,7 +232,7 @@ zmq::socket_t& BrokerServer::SocketFor(Socket which) {
   return control_;
 }
 
-void BrokerServer::Run(const std::function<bool()>& stop) {
+void BrokerServer::Run(const std::function<bool()>& stop, const std::function<bool()>& reload) {
   // The three endpoints, then (with CURVE) their handshake monitors.
   std::vector<zmq::pollitem_t> items = {
       {frontend_.handle(), 0, ZMQ_POLLIN, 0},
@@ -221,6 +264,9 @@ void BrokerServer::Run(const std::function<bool()>& stop) {
   bool busy_since_tick = false;
   bool trimmed = true;
   while (!stop()) {
+    // Between turns, never inside one: the swap is the ZAP handler's
+    // (thread-safe); the loop only reads the files.
+    if (reload && reload()) ReloadAllowlists();
     TimePoint now = clock_.Now();
     auto wait = std::chrono::ceil<Millis>(std::min(next_tick, metrics_due) - now);
     if (wait.count() < 0) wait = Millis(0);
@@ -252,6 +298,7 @@ void BrokerServer::Run(const std::function<bool()>& stop) {
     }
     if (now >= next_tick) {
       core_.Tick(now);
+      if (curve_monitor_ != nullptr) curve_monitor_->Tick(now);
       if (busy_since_tick) {
         trimmed = false;
       } else if (!trimmed) {

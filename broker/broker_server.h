@@ -22,18 +22,33 @@
 
 namespace fleet::broker {
 
+// Checks --frontend, --backend and --control as endpoints to bind
+// (common/endpoint.h); throws std::invalid_argument naming the bad one.
+void CheckBrokerEndpoints(const BrokerOptions& options);
+
 class BrokerServer {
  public:
   // With options.data_dir, opens and replays the journal first (throws
   // JournalError when it is damaged); then binds the three endpoints;
-  // throws std::runtime_error naming the one that failed. `clock` must
+  // throws std::invalid_argument for a malformed one (before the journal)
+  // and std::runtime_error naming the one that failed to bind. `clock` must
   // outlive the server.
   BrokerServer(const BrokerOptions& options, const Clock& clock);
   BrokerServer(const BrokerServer&) = delete;
   BrokerServer& operator=(const BrokerServer&) = delete;
 
   // Runs until stop() returns true (checked at least every heartbeat).
-  void Run(const std::function<bool()>& stop);
+  // `reload` (may be empty) is asked on every turn of the loop; when it
+  // returns true the loop reloads the CURVE allowlists (ReloadAllowlists).
+  void Run(const std::function<bool()>& stop, const std::function<bool()>& reload = {});
+
+  // Reads the three --curve-* allowlists again and swaps them into the ZAP
+  // handler: newly listed keys get in from their next handshake on, removed
+  // keys are refused on theirs (connections already made stay). All or
+  // nothing: a file that cannot be read or has a bad line keeps every old
+  // list and returns false, having logged the error. Without CURVE it logs
+  // that there is nothing to reload and returns false.
+  bool ReloadAllowlists();
 
   // Endpoints as bound (a wildcard port resolved).
   const std::string& frontend_endpoint() const { return frontend_endpoint_; }
@@ -85,6 +100,7 @@ class BrokerServer {
   CurveKeyPair curve_keys_;
   // The inbound budget; stops its monitors before the sockets close.
   std::unique_ptr<ConnectionGuard> guard_;
+  ZapHandler::Allowlists allowlists_;  // as last loaded (for the reload's log)
   // With CURVE: refused handshakes; before the sockets in destruction.
   std::unique_ptr<CurveMonitor> curve_monitor_;
   // Last: stops before the sockets close. In that moment a handshake would

@@ -84,14 +84,16 @@ int main(int argc, char** argv) {
   std::string metrics_auth_file;
   AddMetricsAuthFlag(app, &metrics_auth_file);
   app.add_option("--curve-secret-key", o.curve_secret_key_file,
-                 "CURVE on all three endpoints with this key pair file (fleet-ctl keygen); "
-                 "needs the three allowlists");
+                 "CURVE on all three endpoints with this key pair file (fleet-ctl keygen; "
+                 "mode 0600: refused if group or others may read it); needs the three "
+                 "allowlists");
   app.add_option("--curve-producers", o.curve_producers_file,
-                 "CURVE: public keys allowed on the frontend (one per line)");
+                 "CURVE: public keys allowed on the frontend (one per line); SIGHUP reloads "
+                 "all three allowlists");
   app.add_option("--curve-workers", o.curve_workers_file,
-                 "CURVE: public keys allowed on the backend");
+                 "CURVE: public keys allowed on the backend (SIGHUP reloads it)");
   app.add_option("--curve-control", o.curve_control_file,
-                 "CURVE: public keys allowed on the control endpoint");
+                 "CURVE: public keys allowed on the control endpoint (SIGHUP reloads it)");
   app.add_option("--data-dir", o.data_dir,
                  "keep accepted batches in an append-only journal here (fsync before "
                  "\"accepted\"); replayed on start. Empty: in memory only");
@@ -111,6 +113,7 @@ int main(int argc, char** argv) {
   if (int rc = ParseFlags(app, argc, argv); rc >= 0) return rc;
   std::optional<BasicAuth> metrics_auth;
   try {
+    broker::CheckBrokerEndpoints(o);
     metrics_auth = LoadMetricsFlags(metrics, metrics_auth_file);
     // Read here too, so that a key or allowlist the broker cannot use is a
     // usage error (exit 2) like any other bad setting.
@@ -153,6 +156,7 @@ int main(int argc, char** argv) {
         std::chrono::duration<double>(retention_s));
     o.journal_segment_bytes = static_cast<std::uint64_t>(journal_segment_mb) << 20;
     InstallStopSignals();
+    InstallReloadSignal();  // SIGHUP: reload the CURVE allowlists
     SteadyClock clock;
     broker::BrokerServer server(o, clock);
     std::string durability = "in-memory queue (accepted batches are lost if the broker "
@@ -197,7 +201,7 @@ int main(int argc, char** argv) {
                   " (an unknown key was refused on every endpoint)");
     // After the start line, so whoever waits for the file can read the line.
     if (!o.ready_file.empty()) broker::WriteReadyFile(o.ready_file, server);
-    server.Run([] { return StopRequested(); });
+    server.Run([] { return StopRequested(); }, [] { return TakeReloadRequest(); });
     const auto& b = server.core().batches();
     spdlog::info("stopping on signal {}: {} batches queued and {} in flight {}; submitted {} "
                  "completed {}",

@@ -2,11 +2,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
+#include <cstring>
 #include <utility>
 #include <variant>
 #include <vector>
 
+#include "common/endpoint.h"
 #include "common/signals.h"
+#include "fleet/errors.h"
 
 namespace fleet::client {
 namespace {
@@ -26,16 +30,46 @@ std::optional<std::uint64_t> ReplyId(const proto::Message& m) {
   return std::nullopt;
 }
 
+const std::string& CheckedEndpoint(const std::string& endpoint) {
+  CheckEndpoint("--control", endpoint, EndpointUse::kConnect);
+  return endpoint;
+}
+
 }  // namespace
 
 ControlClient::ControlClient(zmq::context_t& context, Options options)
     : options_(std::move(options)),
-      socket_(context, zmq::socket_type::dealer) {
+      monitor_(context, zmq::socket_type::pair),
+      socket_(context, zmq::socket_type::dealer),
+      handshake_(CheckedEndpoint(options_.endpoint), options_.socket.curve.enabled()) {
   ApplySocketOptions(socket_, options_.socket, /*router=*/false);
   // Without a connection a request is not queued (it would reach a broker
   // that starts later, long after we gave up); we wait for POLLOUT instead.
   socket_.set(zmq::sockopt::immediate, 1);
+  static std::atomic<unsigned> counter{0};
+  const std::string monitor_endpoint =
+      "inproc://fleet-control-monitor-" + std::to_string(++counter);
+  if (zmq_socket_monitor(socket_.handle(), monitor_endpoint.c_str(), HandshakeWatch::kEvents) !=
+      0) {
+    throw zmq::error_t();
+  }
+  monitor_.set(zmq::sockopt::linger, 0);
+  monitor_.connect(monitor_endpoint);
   socket_.connect(options_.endpoint);
+}
+
+void ControlClient::CheckHandshake() {
+  std::vector<zmq::message_t> frames;
+  // Each event is [u16 event, u32 value][endpoint]; few: one per attempt.
+  while (!handshake_.failed() && RecvMultipart(monitor_, &frames)) {
+    std::uint16_t event = 0;
+    std::uint32_t value = 0;
+    if (frames.empty() || frames[0].size() < sizeof event + sizeof value) continue;
+    std::memcpy(&event, frames[0].data(), sizeof event);
+    std::memcpy(&value, static_cast<const char*>(frames[0].data()) + sizeof event, sizeof value);
+    handshake_.OnEvent(event, value);
+  }
+  if (handshake_.failed()) throw AuthenticationError(handshake_.error());
 }
 
 bool ControlClient::WaitFor(short events, TimePoint deadline,
@@ -44,10 +78,12 @@ bool ControlClient::WaitFor(short events, TimePoint deadline,
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return false;
     if (!stop_at_entry && StopRequested()) return false;
-    zmq::pollitem_t item{socket_.handle(), 0, events, 0};
+    zmq::pollitem_t items[] = {{socket_.handle(), 0, events, 0},
+                               {monitor_.handle(), 0, ZMQ_POLLIN, 0}};
     auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
-    if (PollNoThrow(&item, 1, left) > 0 && (item.revents & events)) {
-      return true;
+    if (PollNoThrow(items, 2, left) > 0) {
+      if (items[1].revents & ZMQ_POLLIN) CheckHandshake();
+      if (items[0].revents & events) return true;
     }
   }
 }
@@ -56,6 +92,7 @@ std::optional<ControlResponse> ControlClient::Call(
     proto::Control request, std::chrono::milliseconds timeout) {
   const TimePoint deadline = std::chrono::steady_clock::now() + timeout;
   const bool stop_at_entry = StopRequested();
+  CheckHandshake();
   request.request_id = next_request_id_++;
   proto::EncodeTo(request, &buffer_);
 

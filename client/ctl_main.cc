@@ -1,6 +1,7 @@
 // fleet-ctl: operator commands over the broker's control endpoint: list
 // workers, show stats, retire or unretire a worker. Exit 0 on success, 1
-// when the broker refuses, 2 on no answer or bad usage.
+// when the broker refuses, 2 on no answer or bad usage, 3 when the broker
+// refused the handshake ("authentication failed").
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -16,6 +17,7 @@
 #include "common/curve.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "fleet/errors.h"
 
 namespace {
 
@@ -180,7 +182,9 @@ int PrintReply(const std::string& op, const ControlResponse& response,
 
 int main(int argc, char** argv) {
   Config config;
-  CLI::App app{"fleet-ctl: inspect and steer a fleet broker"};
+  CLI::App app{"fleet-ctl: inspect and steer a fleet broker.\nExit 0 on success, 1 when the "
+               "broker refuses the request, 2 on no answer or bad usage, 3 when the broker "
+               "refuses the handshake (authentication failed)."};
   app.add_option("--control", config.control, "broker control endpoint")
       ->capture_default_str();
   app.add_option("--timeout-ms", config.timeout_ms,
@@ -255,6 +259,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     return PrintReply(op, *response, config.json);
+  } catch (const fleet::AuthenticationError& e) {
+    std::cerr << "fleet-ctl: " << e.what() << '\n';
+    return fleet::kAuthFailed;
   } catch (const std::exception& e) {
     std::cerr << "fleet-ctl: " << e.what() << '\n';
     return 2;

@@ -47,7 +47,8 @@ Producer::Producer(zmq::context_t& context, Options options,
       tracker_(BatchTracker::Options{options_.max_in_flight,
                                      options_.retry_initial,
                                      options_.retry_max,
-                                     options_.resend_after}) {
+                                     options_.resend_after}),
+      handshake_(options_.endpoint, options_.socket.curve.enabled()) {
   options_.max_batches_per_message = std::clamp<std::size_t>(
       options_.max_batches_per_message, 1, options_.limits.max_items);
   ApplySocketOptions(socket_, options_.socket, /*router=*/false);
@@ -59,8 +60,7 @@ Producer::Producer(zmq::context_t& context, Options options,
   // CURVE, the broker accepted our key) only once the handshake is done.
   const std::string monitor_endpoint = NextMonitorEndpoint();
   if (zmq_socket_monitor(socket_.handle(), monitor_endpoint.c_str(),
-                         ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-                             ZMQ_EVENT_DISCONNECTED) != 0) {
+                         HandshakeWatch::kEvents | ZMQ_EVENT_DISCONNECTED) != 0) {
     throw zmq::error_t();
   }
   monitor_.set(zmq::sockopt::linger, 0);
@@ -126,8 +126,11 @@ void Producer::ReadMonitor() {
   // Each event is [u16 event, u32 value][endpoint].
   while (RecvMultipart(monitor_, &frames_)) {
     std::uint16_t event = 0;
-    if (frames_.empty() || frames_[0].size() < sizeof event) continue;
+    std::uint32_t value = 0;
+    if (frames_.empty() || frames_[0].size() < sizeof event + sizeof value) continue;
     std::memcpy(&event, frames_[0].data(), sizeof event);
+    std::memcpy(&value, static_cast<const char*>(frames_[0].data()) + sizeof event, sizeof value);
+    handshake_.OnEvent(event, value);
     if (event == ZMQ_EVENT_DISCONNECTED) {
       // Nothing to do yet: once libzmq has closed the old pipe, sends fail
       // (ZMQ_IMMEDIATE) and batches stay in the book. Re-sending here

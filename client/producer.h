@@ -6,6 +6,11 @@
 // broker lost, and hands each submitted id's result to a callback exactly
 // once.
 //
+// Refusals. The same monitor reports failed handshakes into a
+// HandshakeWatch (common/handshake_watch.h): once the broker refused this
+// client for good (its key, its mechanism, or the wrong server key),
+// handshake().failed() says so and why.
+//
 // Reconnects. A ZeroMQ socket monitor on the DEALER (an inproc PAIR, polled
 // by Poll beside the DEALER: no thread, no sleep) reports each completed
 // handshake with the broker. Every handshake after the first is a new
@@ -58,6 +63,7 @@
 #include "client/batch_tracker.h"
 #include "common/clock.h"
 #include "common/codec.h"
+#include "common/handshake_watch.h"
 #include "common/protocol.h"
 #include "common/zmq_util.h"
 
@@ -161,6 +167,10 @@ class Producer {
   // Submitted, not yet sent: waiting for a window slot.
   std::size_t pending() const { return tracker_.pending(); }
   const Counters& counters() const { return counters_; }
+  // The broker's verdict on our handshakes: failed() once it refused this
+  // client for good (see common/handshake_watch.h); Poll does not throw
+  // for it, the caller decides (fleet::Client fails every batch).
+  const HandshakeWatch& handshake() const { return handshake_; }
 
  private:
   void Flush(TimePoint now);
@@ -189,6 +199,7 @@ class Producer {
   std::vector<const BatchTracker::Batch*> sendable_;  // reused
   std::vector<zmq::message_t> frames_;                // reused
   Counters counters_;
+  HandshakeWatch handshake_;
 };
 
 }  // namespace fleet::client

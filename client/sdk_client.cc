@@ -3,6 +3,7 @@
 // a locked inbox and an eventfd that wakes the thread's poll; results go
 // back through each batch's promise or callback.
 #include "fleet/client.h"
+#include "fleet/errors.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -25,6 +26,7 @@
 #include "client/producer.h"
 #include "common/clock.h"
 #include "common/curve.h"
+#include "common/endpoint.h"
 
 namespace fleet {
 namespace {
@@ -71,6 +73,7 @@ class Client::Impl {
     if (options_.max_in_flight < 1 || options_.max_in_flight > 1'000'000) {
       throw std::invalid_argument("fleet::Client: max_in_flight must be in 1..1000000");
     }
+    CheckEndpoint("fleet::ClientOptions::endpoint", options_.endpoint, EndpointUse::kConnect);
     client::Producer::Options po;
     po.endpoint = options_.endpoint;
     po.max_in_flight = options_.max_in_flight;
@@ -124,9 +127,13 @@ class Client::Impl {
     ::close(wake_fd_);
   }
 
-  static void Refuse(Waiter& w, const std::string& id, const std::string& why) {
+  // `auth`: the broker refused us (AuthenticationError for a future).
+  static void Refuse(Waiter& w, const std::string& id, const std::string& why,
+                     bool auth = false) {
     if (w.callback) {
       Deliver(w, Failed(id, why));
+    } else if (auth) {
+      w.promise->set_exception(std::make_exception_ptr(AuthenticationError(why)));
     } else {
       w.promise->set_exception(std::make_exception_ptr(std::runtime_error(why)));
     }
@@ -142,6 +149,12 @@ class Client::Impl {
         // A callback submitting while the client is being destroyed.
         lock.unlock();
         Refuse(waiter, id, "fleet::Client closed before " + id + " was sent");
+        return;
+      }
+      if (!failure_.empty()) {
+        const std::string why = failure_;
+        lock.unlock();
+        Refuse(waiter, id, why, /*auth=*/true);
         return;
       }
       was_empty = inbox_.empty();
@@ -160,6 +173,11 @@ class Client::Impl {
   ClientCounters counters() const {
     std::lock_guard<std::mutex> lock(mu_);
     return counters_;
+  }
+
+  std::string error() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failure_;
   }
 
   bool WaitAll(std::chrono::milliseconds timeout) {
@@ -200,6 +218,10 @@ class Client::Impl {
       // Woken by a result, the wake descriptor, a retry or resend coming
       // due; the second is only a safety net.
       producer_->Poll(std::chrono::milliseconds(1000));
+      if (producer_->handshake().failed()) {
+        FailAll(producer_->handshake().error());
+        return;
+      }
       const auto& c = producer_->counters();
       std::lock_guard<std::mutex> lock(mu_);
       counters_.submit_messages = c.submit_messages;
@@ -215,6 +237,33 @@ class Client::Impl {
       counters_.reconnect_resends = c.reconnect_resends;
       counters_.errors = c.errors;
     }
+  }
+
+  // The broker refused our handshake for good: nothing submitted can reach
+  // it. Told first, then every batch without a result fails with `why`, and
+  // so does every later submit; the I/O thread ends.
+  void FailAll(const std::string& why) {
+    if (options_.on_failure) {
+      options_.on_failure(why);
+    } else {
+      spdlog::error("fleet::Client: {}", why);
+    }
+    std::deque<Handed> unsent;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      failure_ = why;
+      unsent.swap(inbox_);
+    }
+    std::unordered_map<std::string, Waiter> waiting;
+    waiting.swap(waiters_);
+    for (auto& [id, w] : waiting) FinishRefused(w, id, why);
+    for (Handed& h : unsent) FinishRefused(h.waiter, h.id, why);
+  }
+
+  void FinishRefused(Waiter& w, const std::string& id, const std::string& why) {
+    Refuse(w, id, why, /*auth=*/true);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--outstanding_ == 0) done_cv_.notify_all();
   }
 
   void OnResult(const client::ResultView& view) {
@@ -250,6 +299,7 @@ class Client::Impl {
   std::deque<Handed> inbox_;     // guarded by mu_
   std::size_t outstanding_ = 0;  // guarded by mu_
   bool stopping_ = false;        // guarded by mu_
+  std::string failure_;          // guarded by mu_; set once: the broker refused us
   ClientCounters counters_;      // guarded by mu_
   std::unordered_map<std::string, Waiter> waiters_;  // the I/O thread's
   std::thread io_;
@@ -284,6 +334,8 @@ void Client::SubmitWithId(std::string id, std::string payload,
 std::size_t Client::outstanding() const { return impl_->outstanding(); }
 
 ClientCounters Client::counters() const { return impl_->counters(); }
+
+std::string Client::error() const { return impl_->error(); }
 
 bool Client::WaitAll(std::chrono::milliseconds timeout) { return impl_->WaitAll(timeout); }
 

@@ -1,6 +1,7 @@
 // fleet-submit: submits batches to the broker's frontend, waits for their
 // results and prints one summary line. Exit 0 when every batch got a result,
-// 1 when some were lost, 2 on bad flags or a setup error.
+// 1 when some were lost, 2 on bad flags or a setup error, 3 when the broker
+// refused the handshake ("authentication failed").
 #include <unistd.h>
 
 #include <chrono>
@@ -20,6 +21,7 @@
 #include "client/submit_output.h"
 #include "common/clock.h"
 #include "common/curve.h"
+#include "common/endpoint.h"
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/protocol.h"
@@ -120,6 +122,7 @@ int Run(const Config& config) {
   SubmitSummary summary;
   std::uint64_t answered = 0;
   bool over = false;
+  std::string refused;  // why the broker refused our handshake, once it did
   auto record = [&](const fleet::Result& r) {
     std::lock_guard<std::mutex> lock(mu);
     if (over) return;
@@ -156,6 +159,15 @@ int Run(const Config& config) {
   options.on_reconnect = [](std::size_t resent) {
     spdlog::info("reconnected to broker; re-sending {} batches without a result", resent);
   };
+  // Before the client fails every batch with the same text: from here on
+  // nothing is counted, and what has no result is lost.
+  options.on_failure = [&](const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (over) return;  // finished (or timed out) first: those stand
+    over = true;
+    refused = why;
+    results_cv.notify_one();
+  };
   fleet::Client client(options);
   fleet::InstallStopSignals();
 
@@ -189,7 +201,7 @@ int Run(const Config& config) {
       lock.lock();
     }
     if (exhausted && answered == summary.submitted) break;
-    if (fleet::StopRequested()) break;
+    if (fleet::StopRequested() || !refused.empty()) break;
     fleet::TimePoint now = clock.Now();
     if (deadline && now >= *deadline) break;
 
@@ -199,7 +211,7 @@ int Run(const Config& config) {
     }
     // Woken by each result; a signal is seen within the wait.
     const std::uint64_t seen = answered;
-    results_cv.wait_for(lock, wait, [&] { return answered != seen; });
+    results_cv.wait_for(lock, wait, [&] { return answered != seen || !refused.empty(); });
 
     if (progress && clock.Now() - last_progress >= std::chrono::milliseconds(250)) {
       last_progress = clock.Now();
@@ -215,7 +227,9 @@ int Run(const Config& config) {
   summary.seconds = fleet::SecondsBetween(start, clock.Now());
   lock.unlock();
   if (progress) std::fprintf(stderr, "\r\033[K");
-  if (fleet::StopRequested()) {
+  if (!refused.empty()) {
+    std::fprintf(stderr, "fleet-submit: %s\n", refused.c_str());
+  } else if (fleet::StopRequested()) {
     spdlog::warn("stopped by signal {}", fleet::StopSignal());
   } else if (summary.lost() > 0) {
     spdlog::warn("timed out after {} s waiting for {} results",
@@ -231,6 +245,7 @@ int Run(const Config& config) {
   if (output != nullptr) output->flush();
   if (ledger.is_open()) ledger.flush();
   std::cout << fleet::client::SummaryLine(summary) << std::endl;
+  if (!refused.empty()) return fleet::kAuthFailed;
   return summary.lost() == 0 ? 0 : 1;
 }
 
@@ -241,7 +256,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "fleet-submit: submit batches to a fleet broker and wait for their "
       "results.\nEnds with: submitted=N ok=N failed=N lost=N seconds=S "
-      "batches_per_s=R; exits 1 if any batch got no result."};
+      "batches_per_s=R; exits 1 if any batch got no result, 2 on bad flags, 3 when the "
+      "broker refuses the handshake (authentication failed)."};
   app.add_option("--broker", config.broker, "broker frontend endpoint")
       ->capture_default_str();
   app.add_option("--count", config.count, "batches to submit")
@@ -283,6 +299,7 @@ int main(int argc, char** argv) {
   int rc = fleet::ParseFlags(app, argc, argv);
   if (rc >= 0) return rc == 0 ? 0 : 2;
   try {
+    fleet::CheckEndpoint("--broker", config.broker, fleet::EndpointUse::kConnect);
     return Run(config);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fleet-submit: %s\n", e.what());

@@ -7,8 +7,8 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <stdexcept>
 #include <vector>
 
@@ -47,11 +47,41 @@ void WriteNew(const std::string& path, const std::string& text, mode_t mode) {
   if (!ok) throw std::runtime_error("cannot write " + path);
 }
 
-std::vector<std::string> ReadLines(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot read key file " + path + ": " + std::strerror(errno));
+// Reads the file's lines through one descriptor and reports its mode from
+// fstat on that descriptor, so the file checked is the file read (symlinks
+// are followed on purpose: Docker and Kubernetes secrets are links to the
+// real file, whose mode is what counts).
+std::vector<std::string> ReadLines(const std::string& path, unsigned* perms = nullptr) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot read key file " + path + ": " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    throw std::runtime_error("key file " + path + " is not a regular file");
+  }
+  if (perms != nullptr) *perms = st.st_mode & 07777;
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::runtime_error("cannot read key file " + path + ": " + std::strerror(errno));
+    if (n == 0) break;
+    text.append(buf, static_cast<std::size_t>(n));
+    // A key file is two lines; an allowlist of a million keys is 42 MB.
+    if (text.size() > (64u << 20)) throw std::runtime_error(path + ": larger than 64 MiB");
+  }
   std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    std::size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    lines.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
   return lines;
 }
 
@@ -77,10 +107,20 @@ void WriteKeyPair(const std::string& name, const CurveKeyPair& keys) {
   WriteNew(name + ".pub", "# fleet CURVE public key\npublic = " + keys.public_key + "\n", 0644);
 }
 
+void CheckSecretKeyMode(const std::string& path, unsigned perms) {
+  if ((perms & 077) == 0) return;
+  char mode[16];
+  std::snprintf(mode, sizeof mode, "%04o", perms);
+  throw std::runtime_error("secret key file " + path + " has mode " + mode +
+                           ": group or others may read it; make it readable by its owner "
+                           "only: chmod 600 " + path);
+}
+
 CurveKeyPair ReadKeyFile(const std::string& path, bool need_secret) {
   CurveKeyPair k;
   int n = 0;
-  for (const std::string& raw : ReadLines(path)) {
+  unsigned perms = 0;
+  for (const std::string& raw : ReadLines(path, &perms)) {
     ++n;
     std::string line = Trim(raw);
     if (line.empty() || line[0] == '#') continue;
@@ -102,6 +142,8 @@ CurveKeyPair ReadKeyFile(const std::string& path, bool need_secret) {
     throw std::runtime_error(path + ": no secret key (give the .key file from fleet-ctl keygen, "
                                     "not the .pub)");
   }
+  // Whatever flag it came from: a file that holds a secret must be private.
+  if (!k.secret_key.empty()) CheckSecretKeyMode(path, perms);
   if (!k.secret_key.empty()) {
     char derived[41] = {};
     if (zmq_curve_public(derived, k.secret_key.c_str()) != 0) {
@@ -157,7 +199,8 @@ void AddCurveClientFlags(CLI::App& app, std::string* server_key_file, std::strin
                  "CURVE: the broker's public key file (.pub); with --curve-key turns "
                  "encryption and authentication on");
   app.add_option("--curve-key", *key_file,
-                 "CURVE: this client's key pair file (.key from fleet-ctl keygen)");
+                 "CURVE: this client's key pair file (.key from fleet-ctl keygen; mode 0600: "
+                 "refused if group or others may read it)");
 }
 
 void ApplyCurveClient(zmq::socket_t& socket, const CurveClient& curve) {
@@ -185,19 +228,31 @@ std::string EncodeZ85Key(const std::string& binary) {
   return out;
 }
 
-ZapHandler::ZapHandler(zmq::context_t& context,
-                       std::map<std::string, std::set<std::string>> allow,
-                       const std::string& probe_key)
-    : context_(context),
-      probe_key_(probe_key.empty() ? "" : DecodeZ85(probe_key)),
-      socket_(context, zmq::socket_type::rep) {
-  for (auto& [domain, keys] : allow) {
-    auto& binary = allow_[domain];
+std::shared_ptr<const ZapHandler::BinaryLists> ZapHandler::Decode(const Allowlists& allow) {
+  auto lists = std::make_shared<BinaryLists>();
+  for (const auto& [domain, keys] : allow) {
+    auto& binary = (*lists)[domain];
     for (const std::string& k : keys) binary.insert(DecodeZ85(k));
   }
+  return lists;
+}
+
+ZapHandler::ZapHandler(zmq::context_t& context, Allowlists allow, const std::string& probe_key)
+    : context_(context),
+      allow_(Decode(allow)),
+      probe_key_(probe_key.empty() ? "" : DecodeZ85(probe_key)),
+      socket_(context, zmq::socket_type::rep) {
   socket_.set(zmq::sockopt::linger, 0);
   socket_.bind("inproc://zeromq.zap.01");
   thread_ = std::thread([this] { Run(); });
+}
+
+void ZapHandler::Replace(const Allowlists& allow) {
+  std::shared_ptr<const BinaryLists> lists = Decode(allow);  // outside the lock
+  std::lock_guard<std::mutex> lock(allow_mu_);
+  allow_.swap(lists);
+  // The old lists are freed by whoever drops the last reference: `lists`
+  // here, or the handler thread's copy if it is deciding a request now.
 }
 
 ZapHandler::~ZapHandler() {
@@ -208,18 +263,36 @@ ZapHandler::~ZapHandler() {
 void ZapHandler::Run() {
   zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
   std::vector<zmq::message_t> frames;
-  std::map<std::string, LogThrottle> throttles;  // by domain: our endpoints, or ""
+  // By endpoint and peer address: one line per address per 10 s on each
+  // endpoint, so a flood from one host neither floods the log nor hides
+  // another host (or the same host on another endpoint).
+  KeyedLogThrottle throttle;
+  auto next_summary = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!stop_) {
     // The timeout only bounds how long a stop waits; requests wake it.
-    if (PollNoThrow(&item, 1, std::chrono::milliseconds(100)) <= 0) continue;
+    const int ready = PollNoThrow(&item, 1, std::chrono::milliseconds(100));
+    if (const auto now = std::chrono::steady_clock::now(); now >= next_summary) {
+      next_summary = now + std::chrono::seconds(10);
+      const KeyedLogThrottle::Summary held = throttle.Expire(now);
+      if (held.events > 0) {
+        spdlog::warn("refused {} more CURVE clients (keys not on an allowlist) from {} "
+                     "addresses, not logged one by one", held.events, held.keys);
+      }
+    }
+    if (ready <= 0) continue;
     if (!RecvMultipart(socket_, &frames)) continue;
     // version, request id, domain, address, identity, mechanism, credentials
     std::string status = "400", text = "refused", user;
     if (frames.size() >= 6 && frames[0].to_string_view() == "1.0") {
       const std::string domain = frames[2].to_string();
       const std::string mechanism = frames[5].to_string();
-      auto it = allow_.find(domain);
-      if (mechanism == "CURVE" && frames.size() >= 7 && it != allow_.end() &&
+      std::shared_ptr<const BinaryLists> allow;
+      {
+        std::lock_guard<std::mutex> lock(allow_mu_);
+        allow = allow_;
+      }
+      auto it = allow->find(domain);
+      if (mechanism == "CURVE" && frames.size() >= 7 && it != allow->end() &&
           it->second.count(frames[6].to_string()) != 0) {
         status = "200";
         text = "OK";
@@ -232,15 +305,17 @@ void ZapHandler::Run() {
       } else if (!probe_key_.empty() && key == probe_key_) {
         spdlog::debug("the start-up self-check's unlisted key was refused on the {} endpoint, "
                       "as it must be", domain);
-      } else if (++refused_, throttles[it != allow_.end() ? domain : ""].Allow(
-                                 std::chrono::steady_clock::now(), &held_back)) {
+      } else if (++refused_,
+                 throttle.Allow(domain + " " + frames[3].to_string(),
+                                std::chrono::steady_clock::now(), &held_back)) {
         spdlog::warn("refused a {} client on the {} endpoint from {}: its key {} is not on "
                      "the endpoint's allowlist{}",
                      mechanism, domain.empty() ? "(no domain)" : domain, frames[3].to_string(),
                      key.empty() ? "(none)" : EncodeZ85Key(key),
-                     held_back == 0 ? ""
-                                    : fmt::format(" ({} more refused since the last such line)",
-                                                  held_back));
+                     held_back == 0
+                         ? ""
+                         : fmt::format(" ({} more refused from this address here since its last line)",
+                                       held_back));
       }
     }
     const std::string request_id = frames.size() > 1 ? frames[1].to_string() : "";

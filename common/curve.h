@@ -19,6 +19,8 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -41,11 +43,16 @@ CurveKeyPair GenerateKeyPair();
 // Writes NAME.key (0600) and NAME.pub; refuses to overwrite. Throws
 // std::runtime_error with the reason.
 void WriteKeyPair(const std::string& name, const CurveKeyPair& keys);
-// Reads a key file; `need_secret` requires the secret line. Throws
+// Reads a key file; `need_secret` requires the secret line. A file that
+// holds a secret key must not be open to group or others (mode & 077): it
+// is refused with the file, its mode and the fix (chmod 600 FILE). Throws
 // std::runtime_error naming the file and what is wrong.
 CurveKeyPair ReadKeyFile(const std::string& path, bool need_secret);
 // Reads an allowlist of public keys (Z85). Throws on a malformed line.
 std::set<std::string> ReadAllowlist(const std::string& path);
+// Throws std::runtime_error naming `path`, `perms` (its mode bits) and the
+// fix when group or others have any access to it (perms & 077).
+void CheckSecretKeyMode(const std::string& path, unsigned perms);
 // True when `z85` is a well-formed 40-character Z85 key.
 bool ValidZ85Key(const std::string& z85);
 
@@ -67,13 +74,22 @@ void ApplyCurveServer(zmq::socket_t& socket, const CurveKeyPair& keys, const std
 // domain as its User-Id. Everything else (unknown key, unknown domain,
 // another mechanism) is refused with 400 and logged as a warning with the
 // endpoint, the peer's address and its public key (at most one line per
-// 10 s; the next says how many it stands for). `probe_key` (Z85, may be
+// peer address and endpoint per 10 s; the next says how many it stands
+// for, and a summary line every 10 s counts those no line reported). `probe_key` (Z85, may be
 // empty) is the broker's own start-up self-check: refused like any unknown
 // key, but logged at debug and not counted, since it is no attack.
+//
+// Replace swaps the allowlists while the handler runs (the broker's SIGHUP
+// reload): the handler thread reads them through a shared_ptr taken under a
+// mutex once per request, so a swap never races a lookup and a request sees
+// either the old lists or the new ones whole. Handshakes decided before the
+// swap stand (their connections stay); the next handshake of a removed key
+// is refused. Thread-safe: Replace and the counters from any thread.
 class ZapHandler {
  public:
-  ZapHandler(zmq::context_t& context, std::map<std::string, std::set<std::string>> allow,
-             const std::string& probe_key = "");
+  using Allowlists = std::map<std::string, std::set<std::string>>;  // domain -> Z85 keys
+
+  ZapHandler(zmq::context_t& context, Allowlists allow, const std::string& probe_key = "");
   ~ZapHandler();
   ZapHandler(const ZapHandler&) = delete;
   ZapHandler& operator=(const ZapHandler&) = delete;
@@ -81,11 +97,18 @@ class ZapHandler {
   std::uint64_t accepted() const { return accepted_.load(); }
   std::uint64_t refused() const { return refused_.load(); }
 
+  // Replaces every domain's allowlist with `allow` (Z85 keys, already
+  // checked: ReadAllowlist). Handshakes from now on use the new lists.
+  void Replace(const Allowlists& allow);
+
  private:
+  using BinaryLists = std::map<std::string, std::set<std::string>>;  // domain -> binary keys
+  static std::shared_ptr<const BinaryLists> Decode(const Allowlists& allow);
   void Run();
 
   zmq::context_t& context_;
-  std::map<std::string, std::set<std::string>> allow_;  // domain -> binary keys
+  mutable std::mutex allow_mu_;
+  std::shared_ptr<const BinaryLists> allow_;  // guarded by allow_mu_; never null
   std::string probe_key_;                               // binary; "" when none
   zmq::socket_t socket_;
   std::thread thread_;

@@ -1,6 +1,9 @@
 #include "common/curve_monitor.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <cstring>
@@ -11,10 +14,34 @@
 namespace fleet {
 namespace {
 
-// Only failed handshakes: a busy endpoint's connects and disconnects never
-// wake the loop (unless a sharer asked for them, see Share).
+// Failed handshakes, and connections accepted and closed for the peer's
+// address (plus what a sharer asked for, see Share). One or two events per
+// connection, never per message: connects are rare next to batches.
 constexpr int kEvents = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-                        ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+                        ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                        ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED;
+
+// Descriptors remembered at most (a connection flood must not grow it).
+constexpr std::size_t kMaxPeers = 65536;
+
+// The peer's IP address of a connected socket (no port: a client that
+// reconnects comes from a new port each time), "local" for ipc, "" when it
+// is gone.
+std::string PeerAddress(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
+  char text[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr, text, sizeof text);
+  } else if (addr.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr, text,
+              sizeof text);
+  } else if (addr.ss_family == AF_UNIX) {
+    return "local (ipc)";
+  }
+  return text;
+}
 
 const char* Explain(int reason) {
   switch (reason) {
@@ -75,7 +102,7 @@ void CurveMonitor::Watch(zmq::socket_t& server, const std::string& name) {
     throw std::runtime_error("cannot monitor the " + name + " endpoint's handshakes: " +
                              zmq_strerror(zmq_errno()));
   }
-  Watched w{&server, zmq::socket_t(context_, zmq::socket_type::pair), name, {}, {}};
+  Watched w{&server, zmq::socket_t(context_, zmq::socket_type::pair), name, {}, {}, {}, {}};
   w.monitor.set(zmq::sockopt::linger, 0);
   w.monitor.connect(endpoint);
   watched_.push_back(std::move(w));
@@ -85,27 +112,64 @@ void CurveMonitor::Drain(std::size_t i, TimePoint now) {
   Watched& w = watched_[i];
   // Bounded per call like every other socket of the loop.
   for (int n = 0; n < 256 && RecvMultipart(w.monitor, &frames_); ++n) {
-    // Frame 1: 16-bit event, 32-bit value (host order); frame 2: the
-    // peer's address as libzmq names it.
+    // Frame 1: 16-bit event, 32-bit value (host order: the descriptor for
+    // ACCEPTED and DISCONNECTED); frame 2: the bound endpoint.
     if (frames_.size() < 2 || frames_[0].size() < 6) continue;
     std::uint16_t event = 0;
     std::uint32_t value = 0;
     std::memcpy(&event, frames_[0].data(), sizeof event);
     std::memcpy(&value, static_cast<const char*>(frames_[0].data()) + 2, sizeof value);
     if (hook_ && (event & shared_events_) != 0) hook_(i, event, value, now);
+    const int fd = static_cast<int>(value);
+    if (event == ZMQ_EVENT_ACCEPTED) {
+      if (w.peers.size() >= kMaxPeers) w.peers.clear();
+      w.peers[fd] = PeerAddress(fd);
+      continue;
+    }
+    if (event == ZMQ_EVENT_DISCONNECTED) {
+      auto it = w.peers.find(fd);
+      const std::string address = it != w.peers.end() ? it->second : "";
+      if (it != w.peers.end()) w.peers.erase(it);
+      if (w.pending.reason >= 0) Log(w, w.pending, address, now);
+      w.pending = Pending{};
+      continue;
+    }
     const int reason = ReasonOf(event, value);
     if (reason < 0) continue;
     ++w.counts[reason];
-    if (reason == kKey) continue;  // the ZAP handler logged it, with the key
-    std::uint64_t held_back = 0;
-    if (!w.throttles[reason].Allow(now, &held_back)) continue;
-    spdlog::warn("refused a client on the {} endpoint ({}): {}{}{}", w.name,
-                 frames_[1].to_string(), reason == kOther ? ExplainOther(event) : Explain(reason),
-                 reason == kOther ? fmt::format(" (libzmq event {:#x}, value {:#x})", event, value)
-                                  : std::string(),
-                 held_back == 0
-                     ? std::string()
-                     : " (" + std::to_string(held_back) + " more since the last such line)");
+    // A refusal not followed by its DISCONNECTED (should not happen) is
+    // logged without an address rather than dropped.
+    if (w.pending.reason >= 0) Log(w, w.pending, "", now);
+    w.pending = Pending{reason, event, value};
+  }
+}
+
+void CurveMonitor::Log(Watched& w, const Pending& p, const std::string& address, TimePoint now) {
+  if (p.reason == kKey) return;  // the ZAP handler logged it, with the key and address
+  std::uint64_t held_back = 0;
+  const std::string who = address.empty() ? "address unknown" : address;
+  // Per address and reason: a flood from one host is one line per 10 s,
+  // and the same host failing another way (plain TCP, then the wrong key)
+  // still shows.
+  if (!w.throttle.Allow(who + " " + ReasonName(p.reason), now, &held_back)) return;
+  spdlog::warn("refused a client on the {} endpoint ({}) from {}: {}{}{}", w.name,
+               w.server->get(zmq::sockopt::last_endpoint), who,
+               p.reason == kOther ? ExplainOther(p.event) : Explain(p.reason),
+               p.reason == kOther
+                   ? fmt::format(" (libzmq event {:#x}, value {:#x})", p.event, p.value)
+                   : std::string(),
+               held_back == 0 ? std::string()
+                              : " (" + std::to_string(held_back) +
+                                    " more like it from this address since its last line)");
+}
+
+void CurveMonitor::Tick(TimePoint now) {
+  for (Watched& w : watched_) {
+    const KeyedLogThrottle::Summary held = w.throttle.Expire(now);
+    if (held.events == 0) continue;
+    spdlog::warn("refused {} more clients on the {} endpoint from {} addresses, not logged "
+                 "one by one (fleet_curve_refused_total counts every one)",
+                 held.events, w.name, held.keys);
   }
 }
 

@@ -8,8 +8,21 @@
 // (ZMQ_EVENT_HANDSHAKE_FAILED_*); this class owns the monitors' PAIR
 // sockets, which the owner's loop polls, and turns each event into a
 // counter by endpoint and reason and a warning naming the endpoint, the
-// peer's address and what went wrong (at most one line per 10 s for each
-// endpoint and reason; the next says how many it stands for).
+// peer's address and what went wrong (at most one line per peer address,
+// endpoint and reason per 10 s; the next says how many it stands for, and
+// Tick logs a summary of those no line reported).
+//
+// The peer's address: libzmq 4.3.4's monitor events name only the bound
+// endpoint (the peer's address is in the draft v2 monitor). The accepted
+// connection's descriptor comes with ZMQ_EVENT_ACCEPTED, and its
+// DISCONNECTED event follows each failed handshake at once (one I/O
+// thread; libzmq emits both from the same call, before it closes the
+// descriptor). So the address is read with getpeername when the ACCEPTED
+// event is read and matched to the failure by descriptor. Best effort: a
+// connection that is already gone when the loop reads the event (a fast
+// failure while the loop is busy) is logged as "address unknown"; one
+// whose descriptor was closed and reused in that moment could be named
+// with the reusing connection's address.
 //
 // Reasons: "key" (the ZAP handler refused the client's key; it logs those
 // itself, with the key), "mechanism" (no CURVE: plain TCP or another
@@ -25,6 +38,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -68,17 +82,28 @@ class CurveMonitor {
   const std::string& name(std::size_t i) const { return watched_[i].name; }
   // Reads every event the i-th monitor holds: counts and logs refusals.
   void Drain(std::size_t i, TimePoint now);
+  // Housekeeping: forgets quiet peers and logs one summary line of the
+  // refusals no line reported. Call every few seconds.
+  void Tick(TimePoint now);
   // Refusals on the i-th endpoint for `reason` so far.
   std::uint64_t refused(std::size_t i, int reason) const { return watched_[i].counts[reason]; }
 
  private:
+  struct Pending {  // a refusal waiting for its DISCONNECTED (the address)
+    int reason = -1;
+    std::uint16_t event = 0;
+    std::uint32_t value = 0;
+  };
   struct Watched {
     zmq::socket_t* server;
     zmq::socket_t monitor;
     std::string name;
     std::array<std::uint64_t, kReasonCount> counts{};
-    std::array<LogThrottle, kReasonCount> throttles;
+    KeyedLogThrottle throttle;          // by peer address and reason
+    std::map<int, std::string> peers;  // descriptor -> address ("" unknown)
+    Pending pending;
   };
+  void Log(Watched& w, const Pending& p, const std::string& address, TimePoint now);
 
   zmq::context_t& context_;
   std::vector<Watched> watched_;

@@ -18,6 +18,11 @@ void AddEnvNames(CLI::App& app);
 // value, missing argument) and for settings refused before it starts.
 inline constexpr int kUsageError = 2;
 
+// Exit code of every client program (fleet-submit, fleet-ctl, fleet-worker,
+// fleet-autoscaler) when the broker refused its handshake for good
+// ("authentication failed": common/handshake_watch.h).
+inline constexpr int kAuthFailed = 3;
+
 // Parses argv; on --help or a bad flag prints the message and returns the
 // exit code to use (0 for --help, kUsageError for a bad flag). Returns -1
 // when the program should run.

@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "common/endpoint.h"
+
 // "Nothing else served": civetweb hands a request for /metrics/anything to
 // the /metrics handler too (prefix match), and its own fallbacks answer the
 // rest. A begin_request callback sees every request first and answers 404
@@ -71,44 +73,9 @@ int FindListeningSocket(const std::string& host, int port) {
   return -1;
 }
 
-bool AllDigits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
-
 }  // namespace
 
-void CheckMetricsAddress(const std::string& a) {
-  auto bad = [&a](const std::string& why) {
-    throw std::invalid_argument(
-        "--metrics '" + a + "': " + why +
-        "; want ADDRESS:PORT with a numeric address: 0.0.0.0:9750 (every interface), "
-        "127.0.0.1:9750 (this host only), [::]:9750 or [::1]:9750; port 0 picks a free one");
-  };
-  std::string host, port;
-  if (!a.empty() && a[0] == '[') {
-    const auto close = a.find(']');
-    if (close == std::string::npos || a.compare(close + 1, 1, ":") != 0) {
-      bad("no port after the IPv6 address");
-    }
-    host = a.substr(1, close - 1);
-    port = a.substr(close + 2);
-    in6_addr v6{};
-    if (inet_pton(AF_INET6, host.c_str(), &v6) != 1) bad("'" + host + "' is not an IPv6 address");
-  } else {
-    const auto colon = a.rfind(':');
-    if (colon == std::string::npos) bad(AllDigits(a) ? "a port alone" : "no port");
-    host = a.substr(0, colon);
-    port = a.substr(colon + 1);
-    in_addr v4{};
-    if (host.empty()) bad("no address");
-    if (inet_pton(AF_INET, host.c_str(), &v4) != 1) {
-      bad("'" + host + "' is not an IPv4 address (an IPv6 one goes in brackets)");
-    }
-  }
-  if (!AllDigits(port) || port.size() > 5 || std::stoul(port) > 65535) {
-    bad("'" + port + "' is not a port (0..65535)");
-  }
-}
+void CheckMetricsAddress(const std::string& a) { CheckListenAddress("--metrics", a); }
 
 MetricsServer::MetricsServer(std::unique_ptr<prometheus::Exposer> exposer, std::string url,
                              int listen_fd)

@@ -46,6 +46,7 @@ class MetricsServer {
 
 // Checks that `bind_address` is ADDRESS:PORT with a numeric address
 // (0.0.0.0:9750, 127.0.0.1:0, [::]:9750, [::1]:9750) and a port 0..65535.
+// CheckListenAddress (common/endpoint.h) under the name --metrics.
 // Throws std::invalid_argument saying what is wrong, with examples; a host
 // alone ("127.0.0.1") or a port alone is refused rather than guessed.
 void CheckMetricsAddress(const std::string& bind_address);

@@ -82,7 +82,8 @@ umask 077
 for n in broker worker producer control; do fleet-ctl keygen "$n" >/dev/null; done
 set -C
 { echo "# The broker lets these public keys in on its frontend (producers), one per"
-  echo "# line. Add one: cat NAME.pub >> producers.allow, then restart the broker."
+  echo "# line. Add one: cat NAME.pub >> producers.allow, then send the broker SIGHUP"
+  echo "# (docker-compose kill -s HUP broker) to reload the allowlists."
   echo "# producer: the compose producer profile"; grep "^public" producer.pub; } > producers.allow
 { echo "# The broker lets these public keys in on its backend (workers)."
   echo "# worker: every worker container the autoscaler starts"; grep "^public" worker.pub

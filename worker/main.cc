@@ -1,5 +1,7 @@
 // fleet-worker: pulls batches from the broker, runs a handler on each and
-// returns the results; drains and exits on STOP or SIGTERM/SIGINT.
+// returns the results; drains and exits on STOP or SIGTERM/SIGINT. Exit 0
+// once drained, 1 on a failure, 2 on bad flags, 3 when the broker refused
+// its handshake ("authentication failed").
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -29,7 +31,9 @@ int main(int argc, char** argv) {
   int heartbeat_ms = static_cast<int>(options.heartbeat.count());
 
   CLI::App app{"fleet-worker: pulls batches from the fleet broker, runs a "
-               "handler on each and sends the results back"};
+               "handler on each and sends the results back.\nExit 0 once drained, 1 on a "
+               "failure, 2 on bad flags, 3 when the broker refuses the handshake "
+               "(authentication failed)."};
   app.add_option("--broker", options.broker, "the broker's backend endpoint")
       ->capture_default_str();
   app.add_option("--id", options.id, "worker id, unique in the fleet (default <hostname>-<pid>)");
@@ -114,6 +118,11 @@ int main(int argc, char** argv) {
   }
   try {
     return worker->Run();  // SIGINT/SIGTERM drain; a second one exits at once
+  } catch (const fleet::AuthenticationError& e) {
+    // The broker will never let this worker in: say why, once, and go.
+    std::cerr << "fleet-worker: " << e.what() << "\n";
+    spdlog::default_logger()->flush();
+    std::_Exit(fleet::kAuthFailed);
   } catch (const std::exception& e) {
     // Run has killed the handler's processes; slot threads may still be in
     // a batch (a sleep): do not wait for them.

@@ -7,12 +7,16 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <cmath>
 #include <stdexcept>
 #include <type_traits>
 
+#include "common/endpoint.h"
 #include "common/signals.h"
+#include "fleet/errors.h"
 
 namespace fleet::worker {
 namespace {
@@ -80,7 +84,7 @@ bool Holds(const proto::Message& m) {
 
 void ValidateOptions(const WorkerOptions& o) {
   const proto::Limits limits;
-  if (o.broker.empty()) throw std::invalid_argument("--broker must not be empty");
+  CheckEndpoint("--broker", o.broker, EndpointUse::kConnect);
   if (o.id.empty() || o.id.size() > limits.max_id_bytes) {
     throw std::invalid_argument("--id must be 1.." +
                                 std::to_string(limits.max_id_bytes) + " bytes");
@@ -121,6 +125,7 @@ Worker::Worker(WorkerOptions options, std::unique_ptr<Handler> handler)
       heartbeat_(options_.heartbeat),
       liveness_(options_.liveness),
       backoff_(options_.backoff_initial),
+      handshake_(options_.broker, options_.socket_limits.curve.enabled()),
       credit_(static_cast<std::uint32_t>(std::max(options_.concurrency, 1) +
                                          std::max(options_.prefetch, 0))) {
   ValidateOptions(options_);
@@ -198,6 +203,7 @@ int Worker::Run() {
     if (broker_) {
       poll_items_.push_back({broker_->handle(), 0,
                              static_cast<short>(ZMQ_POLLIN | (want_out_ ? ZMQ_POLLOUT : 0)), 0});
+      poll_items_.push_back({monitor_->handle(), 0, ZMQ_POLLIN, 0});
     }
     if (!stop_from_signal_) poll_items_.push_back({nullptr, stop_fd_, ZMQ_POLLIN, 0});
     const int ready_fd = handler_->ready_fd();
@@ -218,7 +224,29 @@ int Worker::Run() {
     }
     ReceiveCompletions();
     ReceiveFromBroker(now);
+    ReadHandshakes();
   }
+}
+
+void Worker::ReadHandshakes() {
+  if (!monitor_) return;
+  std::vector<zmq::message_t> frames;
+  // Each event is [u16 event, u32 value][endpoint]; one or two per attempt.
+  while (!handshake_.failed() && RecvMultipart(*monitor_, &frames)) {
+    std::uint16_t event = 0;
+    std::uint32_t value = 0;
+    if (frames.empty() || frames[0].size() < sizeof event + sizeof value) continue;
+    std::memcpy(&event, frames[0].data(), sizeof event);
+    std::memcpy(&value, static_cast<const char*>(frames[0].data()) + sizeof event, sizeof value);
+    handshake_.OnEvent(event, value);
+  }
+  if (!handshake_.failed()) return;
+  // Nothing reaches the broker on this socket or the next: a worker that
+  // waited on would sit in silence. What it holds (if the broker changed
+  // its keys under a registered worker) the broker requeues.
+  spdlog::debug("worker {}: refused by the broker with {} batches held", options_.id,
+                credit_.held());
+  throw AuthenticationError(handshake_.error());
 }
 
 void Worker::TakeCompletion(Completion&& completion) {
@@ -250,6 +278,17 @@ void Worker::UpdateCapacity() {
 void Worker::OpenSocket(TimePoint now) {
   broker_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
   ApplySocketOptions(*broker_, options_.socket_limits, /*router=*/false);
+  // Its handshakes, before it connects: a refused one is how the worker
+  // learns that the broker will never let it in (HandshakeWatch).
+  static std::atomic<unsigned> counter{0};
+  const std::string monitor_endpoint = "inproc://fleet-worker-monitor-" + std::to_string(++counter);
+  if (zmq_socket_monitor(broker_->handle(), monitor_endpoint.c_str(), HandshakeWatch::kEvents) !=
+      0) {
+    throw zmq::error_t();
+  }
+  monitor_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
+  monitor_->set(zmq::sockopt::linger, 0);
+  monitor_->connect(monitor_endpoint);
   // Queue nothing for a connection that is not up: HELLO must be the first
   // thing the broker sees from this socket, and we learn via POLLOUT when
   // it can be sent.
@@ -268,7 +307,9 @@ void Worker::Reconnect(TimePoint now, const std::string& why) {
   // Anything still queued on the old socket is dropped, not resent: a result
   // is sent at most once, and the broker requeues what it never got.
   broker_->set(zmq::sockopt::linger, 0);
+  ReadHandshakes();  // what the old socket saw still counts
   broker_.reset();
+  monitor_.reset();
   state_ = State::kBackoff;
   reconnect_at_ = now + delay;
   want_out_ = false;

@@ -23,6 +23,7 @@
 
 #include "common/clock.h"
 #include "common/codec.h"
+#include "common/handshake_watch.h"
 #include "common/zmq_util.h"
 #include "worker/credit_ledger.h"
 #include "worker/handler.h"
@@ -75,7 +76,10 @@ class Worker {
   // draining (returns 1 with abandoned() true: held batches are left to the
   // broker to requeue and external children are killed; the caller should
   // then _Exit without destroying the Worker, whose slots may still be busy).
-  // Throws only on setup failures (zmq errors).
+  // Throws on setup failures (zmq errors), and fleet::AuthenticationError
+  // once the broker refused the handshake for good (common/handshake_watch.h:
+  // a key not on its allowlist, plain TCP to a CURVE broker or the reverse,
+  // the wrong server key); the caller then aborts the handler (AbortNow).
   int Run();
 
   bool abandoned() const { return abandoned_; }
@@ -104,6 +108,9 @@ class Worker {
   Millis NextBackoff();
   void ReceiveCompletions();
   void ReceiveFromBroker(TimePoint now);
+  // Reads the broker socket's handshake events; throws
+  // fleet::AuthenticationError once the broker refused us for good.
+  void ReadHandshakes();
   void HandleMessage(const proto::Message& message, TimePoint now);
   void HandleDispatch(const proto::Dispatch& dispatch);
   void CheckSignals();
@@ -126,6 +133,7 @@ class Worker {
   zmq::context_t context_;
   zmq::socket_t results_;                   // PULL, bound before the slots
   std::unique_ptr<zmq::socket_t> broker_;   // DEALER; null while backing off
+  std::unique_ptr<zmq::socket_t> monitor_;  // PAIR: broker_'s handshake events
   std::unique_ptr<Handler> handler_;
   std::unique_ptr<SlotPool> pool_;
   // handler_ when it is the process handler: its batches run on this
@@ -140,6 +148,7 @@ class Worker {
   Millis heartbeat_;
   std::uint32_t liveness_;
   Millis backoff_;
+  HandshakeWatch handshake_;  // across reconnects: the broker's verdict on us
   TimePoint reconnect_at_{};
   TimePoint hello_at_{};
   TimePoint last_sent_{};

@@ -26,6 +26,8 @@
 #include <memory>
 #include <string>
 
+#include "fleet/errors.h"
+
 namespace fleet {
 
 // One batch's final answer.
@@ -58,6 +60,11 @@ struct ClientOptions {
   // Told, on the I/O thread, of each reconnect to the broker after the
   // first connection and how many batches it sent again; may be empty.
   std::function<void(std::size_t resent)> on_reconnect;
+  // Told once, on the I/O thread, when the broker refused this client's
+  // handshake for good ("authentication failed: ..."; see
+  // AuthenticationError), before every batch without a result is failed
+  // with that text. May be empty.
+  std::function<void(const std::string& why)> on_failure;
 };
 
 // What the client did so far, for logs and metrics.
@@ -89,7 +96,15 @@ struct ClientCounters {
 class Client {
  public:
   // Connects in the background. Throws std::invalid_argument on bad
-  // options (a malformed endpoint, an unreadable key file).
+  // options (a malformed endpoint, an unreadable key file or one that
+  // others may read).
+  //
+  // When the broker refuses the handshake for good (a key not on its
+  // allowlist, plain TCP to a CURVE broker or the reverse, the wrong server
+  // key: docs/protocol.md, Security), the client gives up: every batch
+  // without a result, and every one submitted later, fails: a future with
+  // AuthenticationError, a callback with a failed Result whose error is the
+  // same text; error() returns it.
   explicit Client(ClientOptions options = {});
   // Stops the I/O thread. Batches still without a result are not waited
   // for: their futures get a std::runtime_error, their callbacks a failed
@@ -116,6 +131,9 @@ class Client {
   std::size_t outstanding() const;
   // As of the I/O thread's last turn.
   ClientCounters counters() const;
+  // Empty while the client works; once the broker refused it for good,
+  // why ("authentication failed: ...").
+  std::string error() const;
   // Waits until every batch submitted so far has its result, or `timeout`
   // passes; true if all are in.
   bool WaitAll(std::chrono::milliseconds timeout);

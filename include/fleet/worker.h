@@ -27,6 +27,8 @@
 #include <string_view>
 #include <vector>
 
+#include "fleet/errors.h"
+
 namespace fleet {
 
 // One batch, as your function sees it. The views are valid during the call.
@@ -108,7 +110,10 @@ class Worker {
   // Connects, registers and runs batches until the worker has drained: it
   // was retired (fleet-ctl retire, the autoscaler), told to stop by the
   // broker, Stop() was called, or (handle_signals) SIGINT/SIGTERM arrived.
-  // Returns 0 once drained. Call it once, from one thread.
+  // Returns 0 once drained. Call it once, from one thread. Throws
+  // AuthenticationError when the broker refuses the worker's handshake for
+  // good (a key not on its allowlist, plain TCP to a CURVE broker or the
+  // reverse, the wrong server key; docs/protocol.md, Security).
   int Run();
   // Asks Run to drain and return. Thread-safe; returns at once.
   void Stop();

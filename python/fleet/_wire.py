@@ -53,13 +53,82 @@ def code_name(code):
     return CODES.get(code, "code %s" % code)
 
 
+def check_endpoint(endpoint, what="endpoint"):
+    """Checks an endpoint to connect to, as the C++ programs do
+    (common/endpoint.h): tcp://HOST:PORT with a host name, an IPv4 address
+    or [IPv6] and a port 1..65535, or ipc://PATH. Returns it; raises
+    ValueError naming `what`, the value and what is wrong."""
+    def bad(why):
+        raise ValueError("%s %r: %s; want tcp://HOST:PORT or ipc://PATH, e.g. "
+                         "tcp://127.0.0.1:5555" % (what, endpoint, why))
+    if not isinstance(endpoint, str):
+        raise ValueError("%s must be a str like tcp://127.0.0.1:5555, not %s"
+                         % (what, type(endpoint).__name__))
+    if not endpoint:
+        bad("empty")
+    scheme, sep, rest = endpoint.partition("://")
+    if not sep:
+        bad("no scheme (tcp:// or ipc://)")
+    if scheme == "ipc":
+        if not rest or rest == "*":
+            bad("no path after ipc://")
+        return endpoint
+    if scheme == "inproc":
+        bad("inproc:// reaches only sockets in the same process, never a fleet broker")
+    if scheme != "tcp":
+        bad("unsupported scheme '%s://'" % scheme)
+    if rest.startswith("["):
+        close = rest.find("]")
+        if close < 0 or rest[close + 1:close + 2] != ":":
+            bad("no port after the IPv6 address (tcp://[ADDRESS]:PORT)")
+        host, port = rest[1:close], rest[close + 2:]
+        import socket
+        try:
+            socket.inet_pton(socket.AF_INET6, host)
+        except OSError:
+            bad("'%s' is not an IPv6 address" % host)
+    else:
+        host, sep, port = rest.rpartition(":")
+        if not sep:
+            bad("no port (tcp://HOST:PORT)")
+        if not host:
+            bad("no host before the port")
+        if host == "*":
+            bad("* is not a host to connect to (the broker's address, e.g. 127.0.0.1)")
+        if ":" in host:
+            bad("'%s' is not a host (an IPv6 address goes in brackets: tcp://[::1]:PORT)"
+                % host)
+        if not all(c.isascii() and (c.isalnum() or c in ".-_") for c in host):
+            bad("'%s' is not a host name or address" % host)
+    if not port:
+        bad("no port after the host")
+    if not (port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535):
+        bad("port '%s' is out of range (1..65535)" % port)
+    return endpoint
+
+
+def check_secret_key_mode(path, mode):
+    """Raises ValueError when group or others have any access to the secret
+    key file `path` (mode & 0o077), naming the file, its mode and the fix."""
+    perms = mode & 0o7777
+    if perms & 0o077:
+        raise ValueError("secret key file %s has mode %04o: group or others may read it; "
+                         "make it readable by its owner only: chmod 600 %s"
+                         % (path, perms, path))
+
+
 def read_key_file(path, need_secret):
     """Reads a key file written by `fleet-ctl keygen` (or a line of Z85).
 
     Returns (public, secret) as bytes (secret is None for a .pub file).
-    Raises ValueError saying what is wrong with the file."""
+    Raises ValueError saying what is wrong with the file, and for a file
+    that holds a secret key and that group or others may read (as the C++
+    programs do)."""
     public = secret = None
     with open(path, "r", encoding="ascii") as f:
+        # The mode of the file read, not of the path (symlinks are
+        # followed: Docker and Kubernetes secrets are links).
+        mode = os.fstat(f.fileno()).st_mode
         text = f.read()
     for raw in text.splitlines():
         line = raw.strip()
@@ -83,6 +152,7 @@ def read_key_file(path, need_secret):
     if public is None and secret is None:
         raise ValueError("%s: no key in the file" % path)
     if secret is not None:
+        check_secret_key_mode(path, mode)
         import zmq
         derived = zmq.curve_public(secret)
         if public is None:

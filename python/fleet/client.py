@@ -128,8 +128,7 @@ class Client:
     def __init__(self, endpoint="tcp://127.0.0.1:5555", queue="default", curve=None,
                  timeout=None, max_pending=100000, max_payload_bytes=16 << 20,
                  retry_seconds=0.2, resend_seconds=10.0):
-        if not isinstance(endpoint, str) or "://" not in endpoint:
-            raise ValueError("endpoint must look like tcp://host:port, got %r" % (endpoint,))
+        w.check_endpoint(endpoint)
         _check_name(queue or "default", "queue")
         if max_pending < 1:
             raise ValueError("max_pending must be at least 1")
@@ -183,6 +182,7 @@ class Client:
         self._retry = []                    # heap of (time, id): queue_full waits
         self._deadlines = []                # heap of (time, id): per-batch timeouts
         self._handshakes = 0
+        self._hangups = 0                   # NO_DETAIL handshake failures in a row
         self.auth_error = None              # text of a refused handshake, if any
         self.stats = collections.Counter()  # submitted, resent, queue_full, errors ...
 
@@ -450,10 +450,14 @@ class Client:
                 e.future.set_exception(ValueError("batch id %s is already out" % bid))
                 continue
             self._pending[bid] = e
+            self.stats["submitted"] += 1
+            if self.auth_error is not None:
+                # The broker refused us for good: nothing will get through.
+                self._finish(bid, e, BatchFailed(bid, "auth", self.auth_error))
+                continue
             self._outbox.append(bid)
             if deadline is not None:
                 heapq.heappush(self._deadlines, (deadline, next(self._seq), bid, e))
-            self.stats["submitted"] += 1
 
     def _finish(self, bid, e, error=None, result=None):
         del self._pending[bid]
@@ -596,6 +600,7 @@ class Client:
             kind = ev["event"]
             if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self.auth_error = None
+                self._hangups = 0
                 self._handshakes += 1
                 if self._handshakes > 1:   # a new connection: re-own everything
                     self.stats["reconnects"] += 1
@@ -603,14 +608,32 @@ class Client:
                         if e.state != _LOCAL:
                             e.state = _LOCAL
                             self._outbox.append(rid)
-            elif self._curve and kind != zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-                # A refused CURVE handshake (a key not on the list, or a
-                # broker without CURVE) is not going to succeed on retry:
-                # fail what waits rather than leave it hanging. NO_DETAIL is
-                # a connection that ended mid-handshake (a broker restart).
-                self.auth_error = ("authentication failed: the broker at %s refused this "
-                                   "client's handshake (event %d; check the CURVE keys)"
-                                   % (self.endpoint, kind))
+            else:
+                # The rule of the C++ clients (common/handshake_watch.h): a
+                # key refused (AUTH) or a mechanism mismatch (PROTOCOL:
+                # plaintext to a CURVE broker, or the reverse) is final,
+                # libzmq does not retry; a hang-up mid-handshake (NO_DETAIL:
+                # the wrong server key) is final after 5 in a row with no
+                # successful handshake between (one is a broker restart).
+                if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+                    self._hangups += 1
+                    if self._hangups < 5:
+                        continue
+                    why = ("the broker hung up during the handshake %d times in a row (%s)"
+                           % (self._hangups,
+                              "is the curve server_key that broker's public key?" if self._curve
+                              else "does the broker require CURVE? pass curve=..."))
+                elif kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                    why = ("the broker refused this client's key: it is not on the broker's "
+                           "--curve-producers allowlist")
+                elif ev["value"] == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+                    why = ("the broker does not speak CURVE and this client does"
+                           if self._curve else
+                           "the broker requires CURVE and this client speaks plain TCP "
+                           "(pass curve={\"server_key\": ..., \"key\": ...})")
+                else:
+                    why = "its handshake failed (libzmq event %d, value %#x)" % (kind, ev["value"])
+                self.auth_error = "authentication failed: %s: %s" % (self.endpoint, why)
                 for rid, e in list(self._pending.items()):
                     self._finish(rid, e, BatchFailed(rid, "auth", self.auth_error))
 

@@ -18,6 +18,7 @@ def call(endpoint, op, args=(), timeout=2.0, curve=None):
     request id: WORKERS_REPLY -> list of worker entries, STATS_REPLY ->
     (queues, counters), CONTROL_REPLY -> (code, message). Raises ControlError
     when nothing answers within `timeout` seconds."""
+    w.check_endpoint(endpoint, "control endpoint")
     ctx = zmq.Context.instance()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)

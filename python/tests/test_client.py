@@ -175,6 +175,13 @@ def test_curve_client_gets_in_and_a_stranger_is_told_authentication_failed(fleet
             c.submit(b"let me in").result(20)
         assert info.value.reason == "auth"
         assert "authentication failed" in info.value.error
+    # Plain TCP to the CURVE broker: the same, saying what is missing.
+    with fleet.Client(fleet_env.frontend) as c:
+        with pytest.raises(fleet.BatchFailed) as info:
+            c.submit(b"plain").result(20)
+        assert info.value.reason == "auth"
+        # The client reads the mismatch, or the broker hangs up first.
+        assert "requires CURVE" in info.value.error or "require CURVE" in info.value.error
     with pytest.raises(ValueError, match="no secret key"):
         fleet.Client(fleet_env.frontend, curve={"server_key": keys["broker"] + ".pub",
                                                "key": keys["producer"] + ".pub"})

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <cstdio>
 #include <fstream>
 
 #include "common/zmq_util.h"
@@ -106,6 +109,61 @@ TEST(CurveTest, KeyFilesAreCheckedLineByLine) {
   EXPECT_THROW(ReadAllowlist(dir.File("secret-list")), std::runtime_error);
   EXPECT_THROW(LoadCurveClient(dir.File("k.pub"), ""), std::invalid_argument);
   EXPECT_FALSE(LoadCurveClient("", "").enabled());
+}
+
+// SIGHUP's reload: after Replace, a newly listed key gets in and a removed
+// one is refused, on their next handshakes.
+TEST(CurveTest, ReplacedAllowlistsDecideTheNextHandshakes) {
+  zmq::context_t context(1);
+  CurveKeyPair server = GenerateKeyPair();
+  CurveKeyPair old_key = GenerateKeyPair();
+  CurveKeyPair new_key = GenerateKeyPair();
+  ZapHandler zap(context, {{"producers", {old_key.public_key}}});
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  ApplyCurveServer(router, server, "producers");
+  const std::string endpoint = BindSocket(router, "tcp://127.0.0.1:*");
+  std::string detail;
+  EXPECT_TRUE(VerifyUnknownKeyRefused(context, endpoint, server.public_key, new_key,
+                                      milliseconds(5000), &detail))
+      << detail;
+  zap.Replace({{"producers", {new_key.public_key}}});
+  EXPECT_FALSE(VerifyUnknownKeyRefused(context, endpoint, server.public_key, new_key,
+                                       milliseconds(5000), &detail));
+  EXPECT_THAT(detail, ::testing::HasSubstr("completed the handshake")) << "the new key got in";
+  EXPECT_TRUE(VerifyUnknownKeyRefused(context, endpoint, server.public_key, old_key,
+                                      milliseconds(5000), &detail))
+      << detail;
+  EXPECT_EQ(zap.accepted(), 1u);
+  EXPECT_EQ(zap.refused(), 2u);
+}
+
+TEST(CurveTest, SecretKeyFilesOthersMayReadAreRefusedWithTheFix) {
+  fleet::testing::TempDir dir;
+  WriteKeyPair(dir.File("k"), GenerateKeyPair());
+  const std::string key = dir.File("k.key");
+  for (mode_t mode : {0644, 0640, 0604, 0660, 0601}) {
+    ASSERT_EQ(::chmod(key.c_str(), mode), 0);
+    try {
+      ReadKeyFile(key, true);
+      ADD_FAILURE() << "mode " << std::oct << mode << " accepted";
+    } catch (const std::runtime_error& e) {
+      char text[8];
+      std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("secret key file " + key + " has mode " + text));
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("chmod 600 " + key));
+    }
+    // Whatever flag it came from: it holds a secret.
+    EXPECT_THROW(ReadKeyFile(key, false), std::runtime_error);
+  }
+  for (mode_t mode : {0600, 0400, 0700}) {
+    ASSERT_EQ(::chmod(key.c_str(), mode), 0);
+    EXPECT_NO_THROW(ReadKeyFile(key, true)) << std::oct << mode;
+  }
+  // Public keys and allowlists: any mode.
+  ASSERT_EQ(::chmod(dir.File("k.pub").c_str(), 0644), 0);
+  EXPECT_NO_THROW(ReadKeyFile(dir.File("k.pub"), false));
+  EXPECT_NO_THROW(ReadAllowlist(dir.File("k.pub")));
 }
 
 }  // namespace

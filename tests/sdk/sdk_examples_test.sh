@@ -50,7 +50,7 @@ cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" 2>&1 || fail "cm
 
 # The SDK's headers, and no internal one.
 headers=$(cd "$prefix/include" && find . -type f | sort | tr '\n' ' ')
-[[ $headers == "./fleet/client.h ./fleet/worker.h " ]] || fail "installed headers: $headers"
+[[ $headers == "./fleet/client.h ./fleet/errors.h ./fleet/worker.h " ]] || fail "installed headers: $headers"
 [[ -f $prefix/lib/cmake/fleet/fleetConfig.cmake ]] || fail "no fleetConfig.cmake installed"
 
 # A sanitizer build (scripts/sanitize.sh) installs instrumented libraries:

@@ -67,7 +67,7 @@ void ControlClient::CheckHandshake() {
     if (frames.empty() || frames[0].size() < sizeof event + sizeof value) continue;
     std::memcpy(&event, frames[0].data(), sizeof event);
     std::memcpy(&value, static_cast<const char*>(frames[0].data()) + sizeof event, sizeof value);
-    handshake_.OnEvent(event, value);
+    handshake_.OnEvent(event, value, std::chrono::steady_clock::now());
   }
   if (handshake_.failed()) throw AuthenticationError(handshake_.error());
 }

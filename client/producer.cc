@@ -130,7 +130,7 @@ void Producer::ReadMonitor() {
     if (frames_.empty() || frames_[0].size() < sizeof event + sizeof value) continue;
     std::memcpy(&event, frames_[0].data(), sizeof event);
     std::memcpy(&value, static_cast<const char*>(frames_[0].data()) + sizeof event, sizeof value);
-    handshake_.OnEvent(event, value);
+    handshake_.OnEvent(event, value, clock_->Now());
     if (event == ZMQ_EVENT_DISCONNECTED) {
       // Nothing to do yet: once libzmq has closed the old pipe, sends fail
       // (ZMQ_IMMEDIATE) and batches stay in the book. Re-sending here

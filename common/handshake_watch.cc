@@ -11,7 +11,7 @@
 
 namespace fleet {
 
-bool HandshakeWatch::OnEvent(std::uint16_t event, std::uint32_t value) {
+bool HandshakeWatch::OnEvent(std::uint16_t event, std::uint32_t value, TimePoint now) {
   if (failed()) return false;
   switch (event) {
     case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
@@ -47,7 +47,8 @@ bool HandshakeWatch::OnEvent(std::uint16_t event, std::uint32_t value) {
       }
       return true;
     case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-      if (++no_detail_in_a_row_ < limit_) return false;
+      if (no_detail_in_a_row_++ == 0) first_no_detail_ = now;
+      if (no_detail_in_a_row_ < limit_ || now - first_no_detail_ < kNoDetailSpan) return false;
       Fail(fmt::format(
           "authentication failed: the broker at {} hung up during the handshake {} times in "
           "a row{}",

@@ -19,11 +19,14 @@
 //                                       reconnect every 100-200 ms, forever
 // The rule: AUTH or PROTOCOL fails at once (the broker said no, and libzmq
 // gives that connection up); NO_DETAIL fails after `no_detail_limit` in a
-// row with no successful handshake between them (a broker stopping in the
-// middle of one handshake is one such event, not five). A successful
-// handshake resets the count.
+// row with no successful handshake between them, spread over at least
+// kNoDetailSpan (a broker stopping in the middle of one handshake is one
+// such event, not five; a broker whose inbound budget closes new
+// connections before their handshake, as after a restart with hundreds of
+// workers reconnecting at once, gives a few in a row within seconds). A
+// successful handshake resets the count.
 //
-// Pure state: no sockets, no clock. Not thread-safe.
+// Pure state: no sockets; callers pass `now`. Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +34,10 @@
 #include <utility>
 
 #include <zmq.h>
+
+#include <chrono>
+
+#include "common/clock.h"
 
 namespace fleet {
 
@@ -42,6 +49,8 @@ class HandshakeWatch {
                                  ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                                  ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
   static constexpr int kDefaultNoDetailLimit = 5;
+  // The least time from the first to the last hang-up of a failing streak.
+  static constexpr std::chrono::seconds kNoDetailSpan{10};
 
   // `endpoint` names the broker in the error; `curve` says whether this
   // client speaks CURVE (it picks the advice).
@@ -50,7 +59,7 @@ class HandshakeWatch {
 
   // Feeds one monitor event (other events are ignored). Returns true when
   // this event is the one that made the watch fail.
-  bool OnEvent(std::uint16_t event, std::uint32_t value);
+  bool OnEvent(std::uint16_t event, std::uint32_t value, TimePoint now);
 
   bool failed() const { return !error_.empty(); }
   // Why, for a person: starts with "authentication failed" when the broker
@@ -66,6 +75,7 @@ class HandshakeWatch {
   bool curve_;
   int limit_;
   int no_detail_in_a_row_ = 0;
+  TimePoint first_no_detail_{};  // the first hang-up of the current streak
   std::uint64_t handshakes_ = 0;
   std::string error_;
 };

@@ -238,7 +238,7 @@ void Worker::ReadHandshakes() {
     if (frames.empty() || frames[0].size() < sizeof event + sizeof value) continue;
     std::memcpy(&event, frames[0].data(), sizeof event);
     std::memcpy(&value, static_cast<const char*>(frames[0].data()) + sizeof event, sizeof value);
-    handshake_.OnEvent(event, value);
+    handshake_.OnEvent(event, value, clock_.Now());
   }
   if (!handshake_.failed()) return;
   // Nothing reaches the broker on this socket or the next: a worker that

@@ -183,6 +183,7 @@ class Client:
         self._deadlines = []                # heap of (time, id): per-batch timeouts
         self._handshakes = 0
         self._hangups = 0                   # NO_DETAIL handshake failures in a row
+        self._first_hangup = 0.0            # when the first of them came
         self.auth_error = None              # text of a refused handshake, if any
         self.stats = collections.Counter()  # submitted, resent, queue_full, errors ...
 
@@ -613,11 +614,15 @@ class Client:
                 # key refused (AUTH) or a mechanism mismatch (PROTOCOL:
                 # plaintext to a CURVE broker, or the reverse) is final,
                 # libzmq does not retry; a hang-up mid-handshake (NO_DETAIL:
-                # the wrong server key) is final after 5 in a row with no
-                # successful handshake between (one is a broker restart).
+                # the wrong server key) is final after 5 in a row over at
+                # least 10 s with no successful handshake between (one is a
+                # broker restart; a few within seconds, a broker's inbound
+                # budget turning new connections away).
                 if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
                     self._hangups += 1
-                    if self._hangups < 5:
+                    if self._hangups == 1:
+                        self._first_hangup = time.monotonic()
+                    if self._hangups < 5 or time.monotonic() - self._first_hangup < 10.0:
                         continue
                     why = ("the broker hung up during the handshake %d times in a row (%s)"
                            % (self._hangups,

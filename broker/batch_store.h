@@ -94,6 +94,13 @@ class BatchStore {
 
   // Every batch, queued or running, in the order they were added.
   std::vector<const Batch*> InOrder() const;
+  // Calls f(const Batch&) for every batch held, in no particular order.
+  template <typename F>
+  void ForEach(F&& f) const {
+    for (std::size_t s = 0; s < slots_; ++s) {
+      if (Slot(s).order_ != 0) f(Slot(s));
+    }
+  }
 
   std::size_t queued() const { return queued_; }
   // Payload bytes of every batch held, queued or running.

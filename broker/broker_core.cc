@@ -173,15 +173,6 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
       out.accepted.emplace_back(item.id);
       continue;
     }
-    if (journal_ != nullptr &&
-        !journal_->Admit(Journal::RecordBytes(
-            records::AcceptedBytes(item.id, queue, item.payload)))) {
-      ++counters_.rejected_disk_full;
-      Reject(identity, item.id, ErrorCode::kDiskFull,
-             "the broker cannot write its journal (" + ErrnoText(journal_->problem_errno()) +
-                 "); it accepts again by itself once it can: retry later");
-      continue;
-    }
     if (batches_.queued() >= options_.max_queue) {
       ++counters_.rejected_queue_full;
       Reject(identity, item.id, ErrorCode::kQueueFull,
@@ -205,6 +196,17 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
              "queue full: " + std::to_string(batches_.bytes()) +
                  " payload bytes held (--max-queue-bytes " +
                  std::to_string(options_.max_queue_bytes) + "); retry later");
+      continue;
+    }
+    // Last: a batch another cap refuses must not make the journal turn
+    // unavailable.
+    if (journal_ != nullptr &&
+        !journal_->Admit(Journal::RecordBytes(
+            records::AcceptedBytes(item.id, queue, item.payload)))) {
+      ++counters_.rejected_disk_full;
+      Reject(identity, item.id, ErrorCode::kDiskFull,
+             "the broker cannot write its journal (" + ErrnoText(journal_->problem_errno()) +
+                 "); it accepts again by itself once it can: retry later");
       continue;
     }
     BatchSeq seq = batches_.Add(item.id, queue, item.payload, identity, now);
@@ -517,9 +519,9 @@ void BrokerCore::TakeBack(BatchSeq seq, TimePoint now) {
 
 std::vector<std::string> BrokerCore::LiveIds(std::uint64_t upto) const {
   std::vector<std::string> ids;
-  for (const Batch* b : batches_.InOrder()) {
-    if (b->journal_segment <= upto) ids.emplace_back(b->id);
-  }
+  batches_.ForEach([&](const Batch& b) {
+    if (b.journal_segment <= upto) ids.emplace_back(b.id);
+  });
   return ids;
 }
 

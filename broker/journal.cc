@@ -608,7 +608,12 @@ bool Journal::Admit(std::uint64_t bytes) {
   const std::uint64_t want =
       sync_buffer_.size() + lazy_buffer_.size() + bytes + kReserveBytes + kSegmentHeader;
   if (want <= *space_) return true;
-  needed_ = bytes + kReserveBytes;
+  if (bytes + kReserveBytes > resume_free_bytes() && *space_ >= resume_free_bytes()) {
+    // A batch larger than the space the journal resumes at: refused alone,
+    // so that it does not hold every producer's small batches back.
+    ++stats_.large_refused;
+    return false;
+  }
   BecomeUnavailable(ENOSPC, fmt::format("no room for a new batch of {} bytes in {} ({} bytes "
                                         "free, {} kept for finishing batches)",
                                         bytes, options_.dir, *space_, kReserveBytes));
@@ -693,7 +698,7 @@ bool Journal::Maintain(const LiveIds& live_ids) {
     std::optional<std::uint64_t> free;
     if (e == 0 && state_ == JournalState::kNoSpace) {
       free = io_.FreeBytes(options_.dir);
-      if (free && *free < std::max(resume_free_bytes(), needed_)) e = ENOSPC;
+      if (free && *free < resume_free_bytes()) e = ENOSPC;
     }
     if (e == 0) {
       spdlog::info("journal: writing to {} again{}: accepting new batches",
@@ -702,7 +707,6 @@ bool Journal::Maintain(const LiveIds& live_ids) {
       state_ = JournalState::kOk;
       problem_.clear();
       problem_errno_ = 0;
-      needed_ = 0;
       resumed = true;
     }
   } else {
@@ -717,6 +721,16 @@ bool Journal::Maintain(const LiveIds& live_ids) {
 void Journal::DeleteDeadSegments() {
   if (job_ != nullptr) return;  // the compaction reads them
   bool deleted = false;
+  // Inputs of a compaction that took effect but could not remove them.
+  while (!leftovers_.empty()) {
+    const std::string path = SegmentPath(leftovers_.back());
+    if (int e = io_.Remove(path); e != 0 && e != ENOENT) {
+      spdlog::warn("journal: cannot remove {}, replaced by a compaction: {}", path, ErrnoText(e));
+      return;  // nothing else goes while it is there
+    }
+    leftovers_.pop_back();
+    deleted = true;
+  }
   while (!segments_.empty()) {
     auto oldest = segments_.begin();
     if (oldest->first == active_number_ || oldest->second.live_count > 0) break;
@@ -790,6 +804,12 @@ void Journal::CollectCompaction(bool wait) {
     }
     merged.bytes = j.bytes_after;
     segments_[j.inputs.back()] = merged;
+    if (!j.error.empty()) {
+      // The new file took effect but some inputs may still be on disk: they
+      // must go before the new file may (its header is what tells a start
+      // to skip them).
+      leftovers_.assign(j.inputs.begin(), j.inputs.end() - 1);
+    }
     ++stats_.compactions;
     spdlog::info("journal: compacted segments {}..{}: {} bytes became {} ({} records kept) in "
                  "{:.0f} ms",
@@ -802,7 +822,8 @@ void Journal::CollectCompaction(bool wait) {
     compaction_backoff_ = kCompactionBackoffTicks;
     spdlog::warn("journal: compaction of segments {}..{} failed: {}{}", j.inputs.front(),
                  j.inputs.back(), j.error,
-                 j.renamed ? " (after it took effect; leftovers go at the next start)"
+                 j.renamed ? " (after it took effect; the segments it replaced are removed "
+                             "later, and no segment is deleted before they are)"
                            : "; the segments are unchanged, it is tried again later");
   }
   job_.reset();

@@ -106,6 +106,7 @@ struct JournalStats {
   std::uint64_t records_appended = 0;
   std::uint64_t bytes_written = 0;
   std::uint64_t refused_commits = 0;  // writes that failed (their batches refused)
+  std::uint64_t large_refused = 0;    // batches refused alone: larger than the room left
   std::uint64_t unavailable_episodes = 0;
   std::uint64_t compactions = 0;
   std::uint64_t compaction_failures = 0;
@@ -169,7 +170,9 @@ class Journal {
   // finishing batches, holds it. When it does not, the journal turns
   // kNoSpace (at once, before any write fails: a burst larger than the
   // disk would otherwise be accepted whole and refused whole, again and
-  // again) and accepts again once that much and resume_free_bytes are free.
+  // again) and accepts again once resume_free_bytes are free -- unless the
+  // batch alone is larger than that while at least that much is free: then
+  // only that batch is refused (counted in large_refused).
   bool Admit(std::uint64_t bytes);
   // Why it is not accepting ("" while it is).
   const std::string& problem() const { return problem_; }
@@ -238,7 +241,9 @@ class Journal {
   // Free bytes on the disk at the last look, less what was written since;
   // empty when the file system cannot tell.
   std::optional<std::uint64_t> space_;
-  std::uint64_t needed_ = 0;  // free bytes wanted before accepting again
+  // Segments a compaction replaced but could not remove (retried by
+  // Maintain; no segment is deleted while any is left).
+  std::vector<std::uint64_t> leftovers_;
   JournalStats stats_;
 };
 

@@ -224,7 +224,9 @@ int Worker::Run() {
     }
     ReceiveCompletions();
     ReceiveFromBroker(now);
-    ReadHandshakes();
+    // Only when the monitor has something: its events are per connection
+    // attempt, and this loop turns per batch.
+    if (broker_ && (poll_items_[2].revents & ZMQ_POLLIN) != 0) ReadHandshakes();
   }
 }
 

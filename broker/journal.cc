@@ -351,9 +351,11 @@ std::unique_ptr<Journal> Journal::Open(const JournalOptions& options, const Visi
     if (std::sscanf(name.c_str(), "journal-%16llu.lo%c", &n, &tail) == 2 && tail == 'g') {
       if (name.size() == 28) {
         j->segments_[n] = Segment{};
-      } else {
+      } else if (name.size() > 28 &&
+                 (name.compare(28, std::string::npos, ".compact") == 0 ||
+                  name.compare(28, std::string::npos, ".recover") == 0)) {
         // A compaction or recovery that a crash cut short: its source files
-        // are all still there.
+        // are all still there. (Other names, an operator's copies, stay.)
         io.Remove(options.dir + "/" + name);
       }
     }

@@ -174,7 +174,7 @@ def phase_traffic_and_intruders(d):
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    intruder = d.docker("run", "-d", "--rm", "--name", d.intruder, "--network",
+    intruder = d.docker("run", "-d", "--name", d.intruder, "--network",
                         d.env["FLEET_NETWORK"], "--read-only", "--cap-drop", "ALL",
                         "--no-healthcheck", d.env.get("FLEET_IMAGE", "fleet:latest"),
                         "fleet-worker", "--broker", "tcp://broker:5556", "--id", "intruder",
@@ -215,12 +215,22 @@ def phase_traffic_and_intruders(d):
     check(d.max_running > 1, f"the pool never grew past 1 (max {d.max_running})")
     check(registered["max"] > 1, f"never more than {registered['max']} registered workers")
     check("intruder" not in registered["ids"], "the keyless worker registered")
-    state = d.docker("inspect", "--format", "{{.State.Running}}", d.intruder).stdout.strip()
-    check(state == "true", f"the keyless worker is not running (state {state!r}): the check "
-          "proved nothing")
+    # It tried (the broker logged it) and was told: it exits 3 with
+    # "authentication failed" instead of waiting in silence.
+    def exited():
+        s = d.docker("inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}",
+                     d.intruder).stdout.strip()
+        return s if s.startswith("exited") else None
+
+    state = wait_for("the keyless worker to exit", exited, 60)
+    intruder_log = d.docker("logs", d.intruder)
+    check(state.startswith("exited") and state.endswith(" 3"),
+          f"the keyless worker did not exit 3 (state {state!r})")
+    check("authentication failed" in intruder_log.stdout + intruder_log.stderr,
+          f"the keyless worker did not say why: {intruder_log.stdout}{intruder_log.stderr}")
     d.docker("rm", "-f", d.intruder)
     log(f"pool grew to {d.max_running} containers, {registered['max']} registered at once; "
-        "the keyless worker never registered")
+        "the keyless worker never registered and exited 3: authentication failed")
 
     after = wait_for("the broker's stats", lambda: d.ctl("stats"), 15)["values"]
     legit = PRODUCER_COUNT + HOST_COUNT

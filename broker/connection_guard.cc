@@ -134,8 +134,10 @@ void ConnectionGuard::Close(int fd, std::size_t i, int reason, TimePoint now) {
   // sure it still is a socket of this endpoint before cutting it. (A
   // connection of the same endpoint that took the number meanwhile is cut
   // in its place; its own accept event follows and its peer reconnects.)
+  // An ipc endpoint's connections are unix sockets (no TCP port): a TCP
+  // socket that took the number (a worker, /metrics) is never cut for it.
   const int port = LocalPort(fd);
-  const bool ours = port >= 0 && (e.port < 0 || port == e.port);
+  const bool ours = port >= 0 && (e.port < 0 ? port == 0 : port == e.port);
   std::string peer;
   std::uint64_t held_back = 0;
   const bool log = e.throttles[reason].Allow(now, &held_back);

@@ -205,8 +205,13 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
             records::AcceptedBytes(item.id, queue, item.payload)))) {
       ++counters_.rejected_disk_full;
       Reject(identity, item.id, ErrorCode::kDiskFull,
-             "the broker cannot write its journal (" + ErrnoText(journal_->problem_errno()) +
-                 "); it accepts again by itself once it can: retry later");
+             journal_->accepting()
+                 ? "no room on the broker's disk for a batch of " +
+                       std::to_string(item.payload.size()) +
+                       " bytes now (smaller ones still get in): retry later"
+                 : "the broker cannot write its journal (" +
+                       ErrnoText(journal_->problem_errno()) +
+                       "); it accepts again by itself once it can: retry later");
       continue;
     }
     BatchSeq seq = batches_.Add(item.id, queue, item.payload, identity, now);

@@ -620,6 +620,21 @@ TEST_F(JournalTest, AdmitsWhatFitsAndRefusesTheRestBeforeAnyWriteFails) {
   EXPECT_EQ(Replay(o).size(), 2u);
 }
 
+// Review: one batch larger than the room left turned the journal
+// unavailable for every producer until that much was free.
+TEST_F(JournalTest, ABatchLargerThanTheRoomLeftIsRefusedAloneWhileSmallOnesGetIn) {
+  FaultyJournalIo io;
+  io.SetFree(3u << 20);  // resume_free_bytes() is 1 MiB with 64 MiB segments
+  JournalOptions o = Options();
+  o.io = &io;
+  std::unique_ptr<Journal> j;
+  Replay(o, &j);
+  EXPECT_FALSE(j->Admit(4u << 20));
+  EXPECT_TRUE(j->accepting());
+  EXPECT_EQ(j->stats().large_refused, 1u);
+  EXPECT_TRUE(j->Admit(10000));
+}
+
 TEST_F(JournalTest, FailedSyncRefusesTheTurnAndTheNextWriteRecovers) {
   FaultyJournalIo io;
   JournalOptions o = WithKeys(Options());

@@ -87,6 +87,29 @@ Journal::LiveIds NoIds() {
   return [](std::uint64_t) { return std::vector<std::string>{}; };
 }
 
+// The batches a start would bring back: accepted and not finished.
+std::set<std::string> Unfinished(const JournalOptions& o) {
+  std::set<std::string> ids;
+  for (const auto& [type, body] : Replay(o)) {
+    if (type == kAcc) ids.insert(body);
+    if (type == kFin) ids.erase(body);
+  }
+  return ids;
+}
+
+// A batch "stuck" that stays unfinished, then 40 that pass through,
+// filling segments of `o.segment_bytes`.
+void FillAroundAStuckBatch(Journal& j) {
+  j.Append(kAcc, "stuck");
+  j.AddLive(j.active_segment(), Rec(5));
+  for (int i = 0; i < 40; ++i) {
+    const std::string id = "done-" + std::to_string(i) + std::string(40, 'x');
+    j.Append(kAcc, id);
+    j.Append(kFin, id, false);
+    j.Commit();
+  }
+}
+
 TEST(Crc32cTest, KnownVector) {
   EXPECT_EQ(Crc32c("123456789"), 0xE3069283u);
   EXPECT_EQ(Crc32c(""), 0u);
@@ -365,11 +388,7 @@ TEST_F(JournalTest, FinishedSegmentsAreDeletedAsTheQueueDrains) {
   j.reset();
   // What is left replays the five unfinished batches (and finished ones
   // whose segment is still there, cancelled by their records).
-  std::set<std::string> unfinished;
-  for (const auto& [type, body] : Replay(o)) {
-    if (type == kAcc) unfinished.insert(body);
-    if (type == kFin) unfinished.erase(body);
-  }
+  const std::set<std::string> unfinished = Unfinished(o);
   EXPECT_EQ(unfinished.size(), 5u);
 }
 
@@ -448,14 +467,7 @@ TEST_F(JournalTest, SegmentsACompactionReplacedAreNotReplayedAfterACrash) {
   o.segment_bytes = 500;
   std::unique_ptr<Journal> j;
   Replay(o, &j);
-  j->Append(kAcc, "stuck");
-  j->AddLive(j->active_segment(), Rec(5));
-  for (int i = 0; i < 40; ++i) {
-    const std::string id = "done-" + std::to_string(i) + std::string(40, 'x');
-    j->Append(kAcc, id);
-    j->Append(kFin, id, false);
-    j->Commit();
-  }
+  FillAroundAStuckBatch(*j);
   const std::size_t files = Segments(o.dir).size();
   io.FailRemovals(".log");  // the "crash": the old segments stay
   j->Maintain([](std::uint64_t) { return std::vector<std::string>{"stuck"}; });
@@ -472,11 +484,7 @@ TEST_F(JournalTest, SegmentsACompactionReplacedAreNotReplayedAfterACrash) {
   j->Maintain(NoIds());
   EXPECT_LT(Segments(o.dir).size(), files) << "the leftovers were not retried";
   j.reset();
-  std::set<std::string> unfinished;
-  for (const auto& [type, body] : Replay(o)) {
-    if (type == kAcc) unfinished.insert(body);
-    if (type == kFin) unfinished.erase(body);
-  }
+  const std::set<std::string> unfinished = Unfinished(o);
   EXPECT_TRUE(unfinished.empty()) << "finished batches came back";
 }
 
@@ -489,14 +497,7 @@ TEST_F(JournalTest, AStartSkipsTheSegmentsACompactionReplaced) {
   o.segment_bytes = 500;
   std::unique_ptr<Journal> j;
   Replay(o, &j);
-  j->Append(kAcc, "stuck");
-  j->AddLive(j->active_segment(), Rec(5));
-  for (int i = 0; i < 40; ++i) {
-    const std::string id = "done-" + std::to_string(i) + std::string(40, 'x');
-    j->Append(kAcc, id);
-    j->Append(kFin, id, false);
-    j->Commit();
-  }
+  FillAroundAStuckBatch(*j);
   const std::size_t files = Segments(o.dir).size();
   io.FailRemovals(".log");
   j->Maintain([](std::uint64_t) { return std::vector<std::string>{"stuck"}; });
@@ -504,11 +505,7 @@ TEST_F(JournalTest, AStartSkipsTheSegmentsACompactionReplaced) {
   j.reset();
   io.FailRemovals("");
   EXPECT_EQ(Segments(o.dir).size(), files);
-  std::set<std::string> unfinished;
-  for (const auto& [type, body] : Replay(o)) {
-    if (type == kAcc) unfinished.insert(body);
-    if (type == kFin) unfinished.erase(body);
-  }
+  const std::set<std::string> unfinished = Unfinished(o);
   EXPECT_EQ(unfinished, std::set<std::string>{"stuck"}) << "finished batches came back";
   EXPECT_LT(Segments(o.dir).size(), files) << "the replaced segments were not removed";
 }
@@ -545,11 +542,7 @@ TEST_F(JournalTest, FullDiskRefusesTheTurnLeavesNothingHalfWrittenAndResumesWith
   j.reset();
   // "a" finished (its record was written once space came back), "b" and
   // "c" were refused, "d" is in.
-  std::set<std::string> unfinished;
-  for (const auto& [type, body] : Replay(o)) {
-    if (type == kAcc) unfinished.insert(body);
-    if (type == kFin) unfinished.erase(body);
-  }
+  const std::set<std::string> unfinished = Unfinished(o);
   EXPECT_EQ(unfinished, (std::set<std::string>{"d"}));
 }
 

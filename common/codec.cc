@@ -184,6 +184,39 @@ struct EncodeVisitor {
     p.pack_uint32(static_cast<std::uint32_t>(m.code));
     PackStr(p, m.message);
   }
+  void operator()(const ObjectRequest& m) {
+    PackHeader(p, Command::kObjectRequest, 5);
+    p.pack_uint64(m.token);
+    PackStr(p, m.batch_id);
+    PackBin(p, m.digest);
+    p.pack_uint64(m.offset);
+    p.pack_uint32(m.length);
+  }
+  void operator()(const ObjectReply& m) {
+    PackHeader(p, Command::kObjectReply, 5);
+    p.pack_uint64(m.token);
+    p.pack_uint32(m.status);
+    p.pack_uint64(m.total);
+    PackBin(p, m.data);
+    PackStr(p, m.error);
+  }
+  void operator()(const ObjectGet& m) {
+    PackHeader(p, Command::kObjectGet, 5);
+    p.pack_uint64(m.tag);
+    PackStr(p, m.batch_id);
+    PackBin(p, m.digest);
+    p.pack_uint64(m.offset);
+    p.pack_uint32(m.length);
+  }
+  void operator()(const ObjectData& m) {
+    PackHeader(p, Command::kObjectData, 6);
+    p.pack_uint64(m.tag);
+    p.pack_uint32(m.status);
+    p.pack_uint64(m.total);
+    p.pack_uint64(m.offset);
+    PackBin(p, m.data);
+    PackStr(p, m.error);
+  }
 };
 
 // ---- decoding ----
@@ -540,13 +573,54 @@ Message DecodeBody(Command command, Reader& r) {
       m.message = r.Text();
       return m;
     }
+    case Command::kObjectRequest: {
+      r.Expect(5);
+      ObjectRequest m;
+      m.token = r.Uint();
+      m.batch_id = r.Id();
+      m.digest = r.Bin();
+      m.offset = r.Uint();
+      m.length = r.Uint32();
+      return m;
+    }
+    case Command::kObjectReply: {
+      r.Expect(5);
+      ObjectReply m;
+      m.token = r.Uint();
+      m.status = r.Uint32();
+      m.total = r.Uint();
+      m.data = r.Bin();
+      m.error = r.Text();
+      return m;
+    }
+    case Command::kObjectGet: {
+      r.Expect(5);
+      ObjectGet m;
+      m.tag = r.Uint();
+      m.batch_id = r.Id();
+      m.digest = r.Bin();
+      m.offset = r.Uint();
+      m.length = r.Uint32();
+      return m;
+    }
+    case Command::kObjectData: {
+      r.Expect(6);
+      ObjectData m;
+      m.tag = r.Uint();
+      m.status = r.Uint32();
+      m.total = r.Uint();
+      m.offset = r.Uint();
+      m.data = r.Bin();
+      m.error = r.Text();
+      return m;
+    }
   }
   Fail(ErrorCode::kUnknownCommand,
        "unknown command " + std::to_string(static_cast<unsigned>(command)));
 }
 
 bool KnownCommand(std::uint64_t c) {
-  return (c >= 1 && c <= 4) || (c >= 10 && c <= 18) || (c >= 30 && c <= 33) ||
+  return (c >= 1 && c <= 6) || (c >= 10 && c <= 20) || (c >= 30 && c <= 33) ||
          c == 40;
 }
 
@@ -572,6 +646,20 @@ const char* ErrorCodeName(ErrorCode code) {
   return "unknown_error";
 }
 
+const char* ObjectStatusName(ObjectStatus status) {
+  switch (status) {
+    case ObjectStatus::kOk: return "ok";
+    case ObjectStatus::kUnknownObject: return "unknown_object";
+    case ObjectStatus::kProducerGone: return "producer_gone";
+    case ObjectStatus::kUnknownBatch: return "unknown_batch";
+    case ObjectStatus::kBusy: return "busy";
+    case ObjectStatus::kTimeout: return "timeout";
+    case ObjectStatus::kBadRequest: return "bad_request";
+    case ObjectStatus::kUnavailable: return "unavailable";
+  }
+  return "invalid";
+}
+
 const char* OutcomeName(Outcome outcome) {
   switch (outcome) {
     case Outcome::kOk: return "ok";
@@ -589,7 +677,9 @@ Command CommandOf(const Message& message) {
       Command::kDispatch, Command::kDone,         Command::kDrain,
       Command::kBye,      Command::kHeartbeat,    Command::kStop,
       Command::kReset,    Command::kControl,      Command::kControlReply,
-      Command::kWorkersReply, Command::kStatsReply, Command::kError};
+      Command::kWorkersReply, Command::kStatsReply, Command::kError,
+      Command::kObjectRequest, Command::kObjectReply, Command::kObjectGet,
+      Command::kObjectData};
   static_assert(sizeof(kByIndex) / sizeof(kByIndex[0]) ==
                 std::variant_size_v<Message>);
   return kByIndex[message.index()];

@@ -11,6 +11,7 @@
 // codec includes it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <utility>
@@ -27,6 +28,8 @@ enum class Command : std::uint8_t {
   kAck = 2,     // B->P which batches of a SUBMIT were accepted / rejected
   kResult = 3,  // B->P results
   kFetch = 4,   // P->B results (or re-ownership) of batches by id
+  kObjectRequest = 5,  // B->P a chunk of an object, for a worker
+  kObjectReply = 6,    // P->B the chunk, or why not
   // Backend: worker <-> broker.
   kHello = 10,      // W->B register (or re-register) with id and credit
   kWelcome = 11,    // B->W registered; carries the heartbeat interval
@@ -37,6 +40,8 @@ enum class Command : std::uint8_t {
   kStop = 16,       // B->W drain what you hold, say BYE, exit
   kHeartbeat = 17,  // both ways
   kReset = 18,      // B->W unknown to me: send HELLO again
+  kObjectGet = 19,   // W->B a chunk of an object, from a held batch's producer
+  kObjectData = 20,  // B->W the chunk, or why not
   // Control: fleet-ctl / autoscaler <-> broker.
   kControl = 30,       // C->B request
   kControlReply = 31,  // B->C status reply
@@ -79,6 +84,26 @@ enum class Outcome : std::uint32_t {
 
 const char* OutcomeName(Outcome outcome);
 
+// Statuses of OBJECT_REPLY, OBJECT_DATA and the handler's `object` answers
+// (spec section 7). Carried as a plain u32 on the wire: a peer may send a
+// value outside this list, which the receiver must check.
+enum class ObjectStatus : std::uint32_t {
+  kOk = 0,
+  kUnknownObject = 1,  // the producer does not hold this digest
+  kProducerGone = 2,   // the batch's owner is not connected
+  kUnknownBatch = 3,   // the asker does not hold this batch
+  kBusy = 4,           // too many requests pending; ask again later
+  kTimeout = 5,        // the producer did not answer in time
+  kBadRequest = 6,     // bad digest, length 0, offset past the end, long reply
+  kUnavailable = 7,    // fleet-worker to its handler: no broker now
+};
+inline constexpr std::uint32_t kMaxObjectStatus = 7;
+
+const char* ObjectStatusName(ObjectStatus status);
+
+// Digest sizes the spec allows (1..64 bytes); others are bad_request.
+inline constexpr std::size_t kMaxDigestBytes = 64;
+
 // ---- frontend ----
 
 struct SubmitItem {
@@ -113,6 +138,23 @@ struct Result {
 
 struct Fetch {
   std::vector<std::string_view> ids;
+};
+
+// Objects (spec section 5a). `digest` is opaque bytes, checked for its size
+// by the broker (not the codec), so a bad one is answered, not refused.
+struct ObjectRequest {
+  std::uint64_t token = 0;  // the broker's name for the request
+  std::string_view batch_id;
+  std::string_view digest;
+  std::uint64_t offset = 0;
+  std::uint32_t length = 0;
+};
+struct ObjectReply {
+  std::uint64_t token = 0;
+  std::uint32_t status = 0;  // ObjectStatus; any u32 on the wire
+  std::uint64_t total = 0;
+  std::string_view data;
+  std::string_view error;
 };
 
 // ---- backend ----
@@ -164,6 +206,22 @@ struct Reset {
   std::string_view reason;
 };
 
+struct ObjectGet {
+  std::uint64_t tag = 0;  // the worker's own, echoed in OBJECT_DATA
+  std::string_view batch_id;
+  std::string_view digest;
+  std::uint64_t offset = 0;
+  std::uint32_t length = 0;
+};
+struct ObjectData {
+  std::uint64_t tag = 0;
+  std::uint32_t status = 0;  // ObjectStatus
+  std::uint64_t total = 0;
+  std::uint64_t offset = 0;  // the request's
+  std::string_view data;
+  std::string_view error;
+};
+
 // ---- control ----
 
 struct Control {
@@ -207,7 +265,8 @@ struct Error {
 using Message =
     std::variant<Submit, Ack, Result, Fetch, Hello, Welcome, Dispatch, Done,
                  Drain, Bye, Heartbeat, Stop, Reset, Control, ControlReply,
-                 WorkersReply, StatsReply, Error>;
+                 WorkersReply, StatsReply, Error, ObjectRequest, ObjectReply,
+                 ObjectGet, ObjectData>;
 
 Command CommandOf(const Message& message);
 

@@ -168,6 +168,22 @@ struct Fields {
     for (const auto& v : m.values) Id(v.first);
   }
   void operator()(const proto::Error& m) { Text(m.message); }
+  void operator()(const proto::ObjectRequest& m) {
+    Id(m.batch_id);
+    Payload(m.digest);
+  }
+  void operator()(const proto::ObjectReply& m) {
+    Payload(m.data);
+    Text(m.error);
+  }
+  void operator()(const proto::ObjectGet& m) {
+    Id(m.batch_id);
+    Payload(m.digest);
+  }
+  void operator()(const proto::ObjectData& m) {
+    Payload(m.data);
+    Text(m.error);
+  }
   // Welcome, Drain, Bye, Heartbeat: nothing a peer sizes.
   template <typename T>
   void operator()(const T&) {}

@@ -31,7 +31,9 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 VERSION = 1
 # Command numbers, as in common/protocol.h.
 SUBMIT, ACK, RESULT, FETCH = 1, 2, 3, 4
+OBJECT_REQUEST, OBJECT_REPLY = 5, 6
 HELLO, WELCOME, DISPATCH, DONE, DRAIN, BYE, STOP, HEARTBEAT, RESET = range(10, 19)
+OBJECT_GET, OBJECT_DATA = 19, 20
 CONTROL, CONTROL_REPLY, WORKERS_REPLY, STATS_REPLY = 30, 31, 32, 33
 ERROR = 40
 
@@ -68,6 +70,10 @@ VALID = {
                                   {"submitted_total": 10, "queue_bytes": 1.5e6,
                                    "neg": -2}]),
     "error": (ERROR, [4, "frame too large"]),
+    "object_request": (OBJECT_REQUEST, [2**40, "b1", b"\x01" * 32, 4 << 20, 4 << 20]),
+    "object_reply": (OBJECT_REPLY, [2**40, 0, 40 << 20, b"chunk", ""]),
+    "object_get": (OBJECT_GET, [7, "b1", b"\x01" * 32, 0, 1 << 20]),
+    "object_data": (OBJECT_DATA, [7, 2, 0, 0, b"", "producer gone"]),
 }
 
 # A value of the wrong type for a field, by the kind of value it replaces.
@@ -171,7 +177,7 @@ def protocol_cases():
     c["envelope_version_u64max"] = pack([2**64 - 1, HEARTBEAT])
     c["envelope_command_99"] = pack([1, 99])
     c["envelope_command_0"] = pack([1, 0])
-    c["envelope_command_19"] = pack([1, 19])
+    c["envelope_command_21"] = pack([1, 21])
     c["envelope_command_u64max"] = pack([1, 2**64 - 1])
     c["envelope_command_float"] = pack([1, 17.0])
     c["envelope_extra_field"] = pack([1, HEARTBEAT, 0])

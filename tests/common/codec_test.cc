@@ -210,6 +210,56 @@ TEST(CodecTest, RefusedControlStillGivesItsRequestId) {
   EXPECT_FALSE(Decode(hello.data(), hello.size()).request_id.has_value());
 }
 
+TEST(CodecTest, RoundTripsObjectMessagesWithSixtyFourBitFields) {
+  const std::string digest(32, '\xab');
+  const std::uint64_t big = (std::uint64_t{1} << 40) + 7;
+  std::string b1, b2, b3, b4;
+  auto rq = std::get<ObjectRequest>(RoundTrip(ObjectRequest{big, "b-3", digest, big, 4u << 20}, &b1));
+  EXPECT_EQ(rq.token, big);
+  EXPECT_EQ(rq.batch_id, "b-3");
+  EXPECT_EQ(rq.digest, digest);
+  EXPECT_EQ(rq.offset, big);
+  EXPECT_EQ(rq.length, 4u << 20);
+
+  const std::string data(1000, '\0');
+  auto rp = std::get<ObjectReply>(RoundTrip(ObjectReply{big, 0, big, data, ""}, &b2));
+  EXPECT_EQ(rp.token, big);
+  EXPECT_EQ(rp.status, 0u);
+  EXPECT_EQ(rp.total, big);
+  EXPECT_EQ(rp.data, data);
+
+  auto g = std::get<ObjectGet>(RoundTrip(ObjectGet{big, "b-3", digest, 5, 9}, &b3));
+  EXPECT_EQ(g.tag, big);
+  EXPECT_EQ(g.digest, digest);
+  EXPECT_EQ(g.offset, 5u);
+  EXPECT_EQ(g.length, 9u);
+
+  // A status outside the enum decodes: the receiver checks it.
+  auto od = std::get<ObjectData>(RoundTrip(ObjectData{big, 99, 0, 5, "", "why"}, &b4));
+  EXPECT_EQ(od.tag, big);
+  EXPECT_EQ(od.status, 99u);
+  EXPECT_EQ(od.offset, 5u);
+  EXPECT_EQ(od.error, "why");
+  EXPECT_STREQ(ObjectStatusName(ObjectStatus::kProducerGone), "producer_gone");
+  EXPECT_STREQ(ObjectStatusName(static_cast<ObjectStatus>(99)), "invalid");
+
+  // A length past u32 is refused, as every other u32 field.
+  std::string wide = Packed([](auto& p) {
+    p.pack_array(7);
+    p.pack(1);
+    p.pack(19);
+    p.pack(1);
+    p.pack(std::string("b"));
+    p.pack_bin(1);
+    p.pack_bin_body("d", 1);
+    p.pack(0);
+    p.pack(std::uint64_t{1} << 32);
+  });
+  Decoded d = Decode(wide.data(), wide.size());
+  EXPECT_FALSE(d.ok());
+  EXPECT_EQ(d.error, ErrorCode::kMalformed);
+}
+
 TEST(CodecTest, CommandOfMatchesEncodedCommand) {
   std::string buf = Encode(Hello{"w", 1, 1, {}});
   Decoded d = Decode(buf.data(), buf.size());

@@ -114,6 +114,9 @@ void BrokerCore::OnMessage(Socket socket, std::string_view identity,
     case Socket::kFrontend:
       if (auto* m = std::get_if<proto::Submit>(&message)) return OnSubmit(identity, *m, now);
       if (auto* m = std::get_if<proto::Fetch>(&message)) return OnFetch(identity, *m);
+      if (auto* m = std::get_if<proto::ObjectReply>(&message)) {
+        return OnObjectReply(identity, *m, now);
+      }
       break;
     case Socket::kBackend:
       if (auto* m = std::get_if<proto::Done>(&message)) return OnDone(identity, *m, now);
@@ -129,6 +132,7 @@ void BrokerCore::OnMessage(Socket socket, std::string_view identity,
       if (auto* m = std::get_if<proto::Hello>(&message)) return OnHello(identity, *m, now);
       if (std::holds_alternative<proto::Drain>(message)) return OnDrain(identity, now);
       if (std::holds_alternative<proto::Bye>(message)) return OnBye(identity, now);
+      if (auto* m = std::get_if<proto::ObjectGet>(&message)) return OnObjectGet(identity, *m, now);
       break;
     case Socket::kControl:
       if (auto* m = std::get_if<proto::Control>(&message)) return OnControl(identity, *m, now);
@@ -606,6 +610,8 @@ void BrokerCore::DropWorker(Worker& w, std::string_view why, TimePoint now) {
   }
   std::vector<BatchSeq> held;
   held.swap(w.held);
+  // Its object requests have nobody to answer; late replies are dropped.
+  objects_.DropWorker(w.identity);
   std::string id = w.id;
   workers_.Remove(id);  // `w` dangles from here on
   // Each goes back to the front of its queue: newest first, so that the
@@ -622,6 +628,14 @@ void BrokerCore::OnUndeliverable(Socket socket, std::string_view identity, TimeP
   Worker* w = socket == Socket::kBackend ? workers_.FindByIdentity(identity) : nullptr;
   if (w == nullptr) {
     ++counters_.undeliverable;
+    // A producer that cannot be reached answers none of the object
+    // requests it was asked: its workers hear so now, not at the timeout.
+    if (socket == Socket::kFrontend) {
+      FailObjects(objects_.TakeOwnedBy(identity), proto::ObjectStatus::kProducerGone,
+                  "its producer is not connected to the broker (a message to it could not "
+                  "be sent)",
+                  now);
+    }
     return;
   }
   // Its connection is gone (a send fails at once when libzmq has seen the
@@ -684,6 +698,8 @@ void BrokerCore::Tick(TimePoint now) {
     DropWorker(*w, "stopped heartbeating", now);
   }
   blacklist_.Purge(now);
+  FailObjects(objects_.TakeExpired(now), proto::ObjectStatus::kTimeout,
+              "its producer did not answer within --object-timeout-seconds", now);
   // wait-demand requests past their deadline get "no demand"; the client
   // asks again if it still wants to know.
   std::erase_if(demand_waiters_, [&](const DemandWaiter& d) {

@@ -27,6 +27,7 @@
 #include "broker/broker_options.h"
 #include "broker/counters.h"
 #include "broker/journal.h"
+#include "broker/object_table.h"
 #include "broker/result_store.h"
 #include "broker/worker_registry.h"
 #include "common/histogram.h"
@@ -152,6 +153,10 @@ class BrokerCore {
   WorkerRegistry& workers() { return workers_; }
   const WorkerRegistry& worker_registry() const { return workers_; }
   const Blacklist& blacklist() const { return blacklist_; }
+  const ObjectTable& objects() const { return objects_; }
+  // The largest object chunk asked of a producer: --max-message-bytes less
+  // room for the envelope, so OBJECT_REPLY and OBJECT_DATA both fit.
+  std::uint32_t ObjectChunkBytes() const;
   // Queue wait (accepted -> dispatched) and processing (dispatched -> first
   // result) since the metrics exporter last drained them.
   BucketCounts& wait_seconds() { return wait_seconds_; }
@@ -174,6 +179,18 @@ class BrokerCore {
   void AnswerDemand();
   void ReplyWorkers(std::string_view identity, std::uint64_t request_id, TimePoint now);
   void ReplyStats(std::string_view identity, std::uint64_t request_id);
+
+  // Objects (broker/object_ops.cc, docs/protocol.md section 5a): the broker
+  // relays OBJECT_GET to the batch's owner and its OBJECT_REPLY back.
+  void OnObjectGet(std::string_view identity, const proto::ObjectGet& m, TimePoint now);
+  void OnObjectReply(std::string_view identity, const proto::ObjectReply& m, TimePoint now);
+  // Sends one OBJECT_DATA to the worker connection `worker` and counts it.
+  void AnswerObject(std::string_view worker, std::uint64_t tag, std::uint64_t offset,
+                    proto::ObjectStatus status, std::string_view error, TimePoint now,
+                    std::uint64_t total = 0, std::string_view data = {});
+  // Answers each of `pending` with `status`; `why` follows the batch id.
+  void FailObjects(const std::vector<PendingObject>& pending, proto::ObjectStatus status,
+                   std::string_view why, TimePoint now);
 
   // Gives queued batch `seq` (popped) to `w`, spending one credit.
   void Assign(Worker& w, BatchSeq seq, TimePoint now);
@@ -205,6 +222,7 @@ class BrokerCore {
   WorkerRegistry workers_;
   Blacklist blacklist_;
   Counters counters_;
+  ObjectTable objects_;
   BucketCounts wait_seconds_{LatencyBuckets()};
   BucketCounts processing_seconds_{LatencyBuckets()};
   Outbox outbox_;

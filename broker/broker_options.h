@@ -47,6 +47,9 @@ struct BrokerOptions {
   // closed to make room for a new one under max_inbound_bytes. 10 ms..1 min.
   Duration unproven_grace = std::chrono::seconds(1);
   std::size_t max_id_bytes = 256;              // batch, worker, queue ids
+  // How long an object request (OBJECT_GET passed on as OBJECT_REQUEST)
+  // waits for the producer before the worker gets `timeout`. 0.1 s..1 h.
+  Duration object_timeout = std::chrono::seconds(30);
   // CURVE: the broker's key pair file and the allowlists of client public
   // keys per endpoint. All empty: plain TCP (anyone who reaches a port).
   std::string curve_secret_key_file;

@@ -373,15 +373,21 @@ void BrokerServer::Flush(TimePoint now) {
 
   // Frames first: a WELCOME must reach a worker before its first DISPATCH.
   // By index, with what the core needs copied: a failed send calls into
-  // the core, which may add frames.
-  for (std::size_t i = 0; i < out.frames.size(); ++i) {
-    if (!SendRouted(SocketFor(out.frames[i].socket), out.frames[i].identity,
-                    out.frames[i].body)) {
-      const Socket socket = out.frames[i].socket;
-      const std::string identity = out.frames[i].identity;
-      core_.OnUndeliverable(socket, identity, now);
+  // the core, which may add frames (object answers to workers whose
+  // producer is gone), sent here too or after the producers' messages.
+  std::size_t frames_sent = 0;
+  auto send_frames = [&] {
+    for (; frames_sent < out.frames.size(); ++frames_sent) {
+      const std::size_t i = frames_sent;
+      if (!SendRouted(SocketFor(out.frames[i].socket), out.frames[i].identity,
+                      out.frames[i].body)) {
+        const Socket socket = out.frames[i].socket;
+        const std::string identity = out.frames[i].identity;
+        core_.OnUndeliverable(socket, identity, now);
+      }
     }
-  }
+  };
+  send_frames();
 
   // Then dispatches: workers idle until they get them.
   std::vector<proto::DispatchItem> dispatch;
@@ -469,6 +475,7 @@ void BrokerServer::Flush(TimePoint now) {
         });
   }
 
+  send_frames();
   out.clear();
   core_.AfterFlush(now);
 }

@@ -30,6 +30,10 @@ struct Counters {
   std::uint64_t blacklist_refusals = 0; // HELLO from a blacklisted id
   std::uint64_t duplicate_worker_refusals = 0;  // HELLO with a live worker's id
   std::uint64_t resets = 0;             // messages from unknown workers
+  // Objects (docs/protocol.md section 5a).
+  std::uint64_t object_answers[8] = {};  // OBJECT_DATA sent, by proto::ObjectStatus
+  std::uint64_t object_bytes = 0;        // object data bytes relayed to workers
+  std::uint64_t object_replies_dropped = 0;  // OBJECT_REPLYs matching no request
 };
 
 }  // namespace fleet::broker

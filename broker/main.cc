@@ -51,6 +51,11 @@ int main(int argc, char** argv) {
                  "a retired idle worker is told to stop this long after its retirement, so a "
                  "burst arriving meanwhile can take it back (unretire)")
       ->capture_default_str()->check(CLI::Range(0.0, 60000.0));
+  double object_timeout_s = std::chrono::duration<double>(o.object_timeout).count();
+  app.add_option("--object-timeout-seconds", object_timeout_s,
+                 "how long a worker's object request waits for the batch's producer to "
+                 "answer before the worker is told 'timeout' (docs/protocol.md section 5a)")
+      ->capture_default_str()->check(CLI::Range(0.1, 3600.0));
   app.add_option("--heartbeat-ms", heartbeat_ms, "heartbeat interval to workers")
       ->capture_default_str()->check(CLI::Range(10.0, 60000.0));
   app.add_option("--liveness", o.liveness,
@@ -154,6 +159,8 @@ int main(int argc, char** argv) {
         std::chrono::duration<double, std::milli>(retire_linger_ms));
     o.result_retention = std::chrono::duration_cast<Duration>(
         std::chrono::duration<double>(retention_s));
+    o.object_timeout = std::chrono::duration_cast<Duration>(
+        std::chrono::duration<double>(object_timeout_s));
     o.journal_segment_bytes = static_cast<std::uint64_t>(journal_segment_mb) << 20;
     InstallStopSignals();
     InstallReloadSignal();  // SIGHUP: reload the CURVE allowlists

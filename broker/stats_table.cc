@@ -103,6 +103,37 @@ const StatSpec kTable[] = {
     {"dispatched_to_retiring", "fleet_dispatched_to_retiring_total", "", "", Kind::kCounter,
      "Batches dispatched to a retiring worker (must stay 0)",
      [](const BrokerCore& c) { return D(c.counters().dispatched_to_retiring); }},
+    {"object_requests", "", "", "", Kind::kCounter, "",
+     [](const BrokerCore& c) {
+       std::uint64_t n = 0;
+       for (std::uint64_t v : c.counters().object_answers) n += v;
+       return D(n);
+     }},
+    {"", "fleet_object_requests_total", "status", "ok", Kind::kCounter,
+     "Object requests answered to workers (OBJECT_DATA sent), by status",
+     [](const BrokerCore& c) { return D(c.counters().object_answers[0]); }},
+    {"", "fleet_object_requests_total", "status", "unknown_object", Kind::kCounter, "",
+     [](const BrokerCore& c) { return D(c.counters().object_answers[1]); }},
+    {"", "fleet_object_requests_total", "status", "producer_gone", Kind::kCounter, "",
+     [](const BrokerCore& c) { return D(c.counters().object_answers[2]); }},
+    {"", "fleet_object_requests_total", "status", "unknown_batch", Kind::kCounter, "",
+     [](const BrokerCore& c) { return D(c.counters().object_answers[3]); }},
+    {"", "fleet_object_requests_total", "status", "busy", Kind::kCounter, "",
+     [](const BrokerCore& c) { return D(c.counters().object_answers[4]); }},
+    {"", "fleet_object_requests_total", "status", "timeout", Kind::kCounter, "",
+     [](const BrokerCore& c) { return D(c.counters().object_answers[5]); }},
+    {"", "fleet_object_requests_total", "status", "bad_request", Kind::kCounter, "",
+     [](const BrokerCore& c) { return D(c.counters().object_answers[6]); }},
+    {"object_bytes", "fleet_object_bytes_total", "", "", Kind::kCounter,
+     "Object data bytes relayed from producers to workers",
+     [](const BrokerCore& c) { return D(c.counters().object_bytes); }},
+    {"object_replies_dropped", "fleet_object_replies_dropped_total", "", "", Kind::kCounter,
+     "OBJECT_REPLYs that matched no pending request (late after a timeout, or from another "
+     "connection)",
+     [](const BrokerCore& c) { return D(c.counters().object_replies_dropped); }},
+    {"", "fleet_object_requests_pending", "", "", Kind::kGauge,
+     "Object requests passed on to producers and not yet answered",
+     [](const BrokerCore& c) { return D(c.objects().size()); }},
 };
 
 }  // namespace

@@ -272,6 +272,17 @@ std::size_t Producer::Handle(const proto::Message& message, TimePoint now) {
     // Each finished batch left room in the broker's queue: batches waiting
     // out a queue-full backoff take it now instead of at their deadline.
     if (delivered > 0) tracker_.WakeRetries(delivered);
+  } else if (const auto* req = std::get_if<proto::ObjectRequest>(&message)) {
+    // This producer shares no objects (docs/protocol.md section 5a): it
+    // says so, and the worker's batch fails at once instead of at the
+    // broker's timeout. Dropped if the socket cannot take it now.
+    ++counters_.object_requests;
+    proto::EncodeTo(proto::ObjectReply{req->token,
+                                       static_cast<std::uint32_t>(
+                                           proto::ObjectStatus::kUnknownObject),
+                                       0, {}, "this producer shares no objects"},
+                    &buffer_);
+    SendFrame(socket_, buffer_, /*block=*/false);
   } else if (const auto* error = std::get_if<proto::Error>(&message)) {
     // Not tied to batches: whatever it refused is fetched when overdue.
     ++counters_.errors;

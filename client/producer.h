@@ -119,6 +119,7 @@ class Producer {
     std::uint64_t reconnect_resends = 0;   // batches re-sent on reconnects
     std::uint64_t errors = 0;              // ERROR messages from the broker
     std::uint64_t malformed = 0;           // frames we could not decode
+    std::uint64_t object_requests = 0;     // OBJECT_REQUESTs answered unknown_object
   };
 
   using ResultCallback = std::function<void(const ResultView&)>;

@@ -102,6 +102,7 @@ std::unique_ptr<Handler> MakeHandler(const HandlerOptions& options) {
     process.worker_id = options.worker_id;
     process.grace = options.grace;
     process.max_frame_bytes = options.max_frame_bytes;
+    process.objects = options.objects;
     return std::make_unique<ProcessHandler>(std::move(process));
   }
   throw std::invalid_argument("unknown handler '" + options.name +

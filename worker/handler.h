@@ -132,6 +132,9 @@ struct HandlerOptions {
   std::string worker_id;
   Timeout grace{5};
   std::size_t max_frame_bytes = (64u << 20) + (64u << 10);
+  // process: handlers may fetch objects (`get`; FLEET_HANDLER_FEATURES
+  // says `objects`). fleet-worker sets it: its loop relays the requests.
+  bool objects = false;
 };
 
 // Builds the handler `options.name`. Throws std::invalid_argument on an

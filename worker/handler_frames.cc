@@ -58,6 +58,32 @@ void AppendBatch(std::string* out, std::string_view id, std::string_view payload
   });
 }
 
+void AppendObject(std::string* out, std::uint64_t tag, std::uint32_t status, std::uint64_t total,
+                  std::uint64_t offset, std::string_view data, std::string_view error) {
+  AppendFrame(out, [&](Packer& p) {
+    p.pack_array(7);
+    PackStr(p, "object");
+    p.pack_uint64(tag);
+    p.pack_uint32(status);
+    p.pack_uint64(total);
+    p.pack_uint64(offset);
+    PackBin(p, data);
+    PackStr(p, error);
+  });
+}
+
+void AppendGet(std::string* out, std::uint64_t tag, std::string_view digest, std::uint64_t offset,
+               std::uint64_t length) {
+  AppendFrame(out, [&](Packer& p) {
+    p.pack_array(5);
+    PackStr(p, "get");
+    p.pack_uint64(tag);
+    PackBin(p, digest);
+    p.pack_uint64(offset);
+    p.pack_uint64(length);
+  });
+}
+
 void AppendReady(std::string* out, std::uint32_t version, std::uint32_t depth) {
   AppendFrame(out, [&](Packer& p) {
     p.pack_array(depth > 0 ? 3 : 2);
@@ -151,6 +177,20 @@ bool DecodeHandlerMessage(std::string_view body, HandlerMessage* out, std::strin
       out->kind = ok ? HandlerMessage::Kind::kOk : HandlerMessage::Kind::kError;
       return true;
     }
+    if (name == "get") {
+      const auto uint = [](const msgpack::object& o) {
+        return o.type == msgpack::type::POSITIVE_INTEGER;
+      };
+      if (n != 5 || !uint(e[1]) || !Bytes(e[2], &out->data) || !uint(e[3]) || !uint(e[4])) {
+        *why = "get must be [\"get\", tag, digest, offset, length]";
+        return false;
+      }
+      out->kind = HandlerMessage::Kind::kGet;
+      out->tag = e[1].via.u64;
+      out->offset = e[3].via.u64;
+      out->length = e[4].via.u64;
+      return true;
+    }
     std::string shown(name.substr(0, 32));
     *why = "unknown message \"" + shown + "\"";
     return false;
@@ -175,6 +215,31 @@ bool DecodeBatchForTests(std::string_view body, std::string* id, std::string* pa
     }
     id->assign(i);
     payload->assign(p);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+bool DecodeObjectForTests(std::string_view body, std::uint64_t* tag, std::uint32_t* status,
+                          std::uint64_t* total, std::uint64_t* offset, std::string* data,
+                          std::string* error) {
+  const msgpack::unpack_limit limits(8, 0, body.size(), body.size(), 0, 2);
+  try {
+    msgpack::object_handle h = msgpack::unpack(body.data(), body.size(), nullptr, nullptr, limits);
+    const msgpack::object& root = h.get();
+    std::string_view name, d, err;
+    if (root.type != msgpack::type::ARRAY || root.via.array.size != 7) return false;
+    const msgpack::object* e = root.via.array.ptr;
+    if (!Bytes(e[0], &name) || name != "object" || !Bytes(e[5], &d) || !Bytes(e[6], &err)) {
+      return false;
+    }
+    *tag = e[1].as<std::uint64_t>();
+    *status = e[2].as<std::uint32_t>();
+    *total = e[3].as<std::uint64_t>();
+    *offset = e[4].as<std::uint64_t>();
+    data->assign(d);
+    error->assign(err);
     return true;
   } catch (const std::exception&) {
     return false;

@@ -23,6 +23,10 @@ inline constexpr std::uint32_t kMaxDepth = 64;
 void AppendBatch(std::string* out, std::string_view id, std::string_view payload,
                  std::uint32_t attempt, std::string_view queue);
 
+// Appends the frame ["object", tag, status, total, offset, data, error].
+void AppendObject(std::string* out, std::uint64_t tag, std::uint32_t status, std::uint64_t total,
+                  std::uint64_t offset, std::string_view data, std::string_view error);
+
 // Where a frame is in a buffer of bytes read so far.
 enum class Scan {
   kNeedMore,  // not a whole frame yet
@@ -33,12 +37,15 @@ Scan ScanFrame(std::string_view buffer, std::size_t max_body, std::size_t* body_
 
 // One message from a handler.
 struct HandlerMessage {
-  enum class Kind { kReady, kOk, kError };
+  enum class Kind { kReady, kOk, kError, kGet };
   Kind kind = Kind::kReady;
   std::uint32_t version = 0;  // ready
   std::uint32_t depth = 1;    // ready: batches it takes at once, 1..kMaxDepth
   std::string_view id;        // ok, error
-  std::string_view data;      // ok: the result; error: the message
+  std::string_view data;      // ok: the result; error: the message; get: the digest
+  std::uint64_t tag = 0;      // get: the handler's own, echoed in `object`
+  std::uint64_t offset = 0;   // get
+  std::uint64_t length = 0;   // get (not checked here: 0 is answered bad_request)
 };
 
 // Decodes one frame's body. On failure returns false with `why` saying
@@ -55,5 +62,11 @@ bool DecodeBatchForTests(std::string_view body, std::string* id, std::string* pa
 void AppendReady(std::string* out, std::uint32_t version = kVersion, std::uint32_t depth = 0);
 void AppendOk(std::string* out, std::string_view id, std::string_view result);
 void AppendError(std::string* out, std::string_view id, std::string_view message);
+void AppendGet(std::string* out, std::uint64_t tag, std::string_view digest, std::uint64_t offset,
+               std::uint64_t length);
+// Reads an `object` frame's body, as a handler would (tests).
+bool DecodeObjectForTests(std::string_view body, std::uint64_t* tag, std::uint32_t* status,
+                          std::uint64_t* total, std::uint64_t* offset, std::string* data,
+                          std::string* error);
 
 }  // namespace fleet::worker::frames

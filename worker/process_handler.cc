@@ -17,6 +17,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "common/protocol.h"
 #include "worker/handler_frames.h"
 
 extern char** environ;
@@ -176,6 +177,10 @@ struct ProcessHandler::Child {
   bool slow_start_logged = false;   // "not ready yet" said once
   std::chrono::milliseconds backoff{0};
   std::string failure;  // why it was killed, for the restart log line
+  // Objects: its process (counts starts, set under mu_), and the gets it
+  // has out (reset with each process).
+  std::uint64_t generation = 0;
+  std::uint32_t gets_out = 0;
 };
 
 ProcessHandler::ProcessHandler(Options options)
@@ -522,11 +527,15 @@ void ProcessHandler::Spawn(Child& c) {
   std::vector<std::string> env_strings;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string_view v(*e);
-    if (v.rfind("FLEET_HANDLER_SLOT=", 0) == 0 || v.rfind("FLEET_WORKER_ID=", 0) == 0) continue;
+    if (v.rfind("FLEET_HANDLER_SLOT=", 0) == 0 || v.rfind("FLEET_WORKER_ID=", 0) == 0 ||
+        v.rfind("FLEET_HANDLER_FEATURES=", 0) == 0) {
+      continue;
+    }
     env_strings.emplace_back(v);
   }
   env_strings.push_back("FLEET_HANDLER_SLOT=" + std::to_string(c.slot));
   env_strings.push_back("FLEET_WORKER_ID=" + options_.worker_id);
+  if (options_.objects) env_strings.push_back("FLEET_HANDLER_FEATURES=objects");
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -607,7 +616,11 @@ void ProcessHandler::Spawn(Child& c) {
   c.out_buf.clear();
   c.depth = 1;
   c.queued_bytes = c.written_bytes = 0;
+  c.wbuf.clear();
+  c.wpos = 0;
   c.answered = false;
+  ++c.generation;  // answers to the gets of its last process are dropped
+  c.gets_out = 0;
   ++starts_;
   spdlog::debug("{} slot {}: started pid {}", kind_, c.slot, pid);
   c.started_at = Clock::now();
@@ -661,7 +674,7 @@ HandlerOutput ProcessHandler::RunBatch(const BatchInfo& batch, std::string paylo
   std::vector<Answer> answers;
   std::string failure;
   Step step;
-  while ((step = Advance(*c, timeout, &answers, &failure)) == Step::kPending) {
+  while ((step = Advance(*c, timeout, &answers, &failure, /*loop=*/false)) == Step::kPending) {
     pollfd fds[2];
     nfds_t n = 0;
     fds[n++] = {c->out, POLLIN, 0};
@@ -734,7 +747,7 @@ bool ProcessHandler::Flush(Child& c, std::string* failure) {
 
 ProcessHandler::Step ProcessHandler::Advance(Child& c, Timeout timeout,
                                              std::vector<Answer>* answers,
-                                             std::string* failure) {
+                                             std::string* failure, bool loop) {
   if (!Flush(c, failure)) return Step::kBroken;
   // Whatever it wrote, also while frames are still going in, so a handler
   // that writes before it reads cannot deadlock us.
@@ -783,6 +796,17 @@ ProcessHandler::Step ProcessHandler::Advance(Child& c, Timeout timeout,
       *failure = "protocol error: ready while running a batch";
       break;
     }
+    if (m.kind == frames::HandlerMessage::Kind::kGet) {
+      if (!options_.objects) {
+        *failure = "protocol error: get, but this worker offers no objects "
+                   "(FLEET_HANDLER_FEATURES)";
+        break;
+      }
+      broken = false;
+      OnGet(c, m.tag, m.data, m.offset, m.length, loop);
+      at += frames::kHeaderBytes + body;
+      continue;
+    }
     if (m.id != head.task.id) {
       *failure = "protocol error: an answer for batch \"" + std::string(m.id.substr(0, 64)) +
                  "\" while running \"" + head.task.id + "\"";
@@ -810,6 +834,12 @@ ProcessHandler::Step ProcessHandler::Advance(Child& c, Timeout timeout,
   // Bytes after its last answer stay: AcquireIdleLocked refuses them.
   c.out_buf.erase(0, at);
   if (broken) return Step::kBroken;
+  // Answers to its gets made just now go out at once (a failed write shows
+  // as the end of its stdout).
+  if (c.wpos < c.wbuf.size()) {
+    std::string ignored;
+    Flush(c, &ignored);
+  }
   if (c.inflight.empty()) return Step::kAnswered;
   if (!ended.empty()) {
     *failure = std::move(ended);
@@ -1009,6 +1039,85 @@ std::string ProcessHandler::DescribeExit(Child& c, std::chrono::milliseconds wai
     return StatusText(info.si_code, info.si_status);
   }
   return "closed its stdout";
+}
+
+// ---- objects ----
+
+void ProcessHandler::OnGet(Child& c, std::uint64_t tag, std::string_view digest,
+                           std::uint64_t offset, std::uint64_t length, bool loop) {
+  const auto answer_now = [&](proto::ObjectStatus status, std::string_view error) {
+    const std::size_t before = c.wbuf.size();
+    frames::AppendObject(&c.wbuf, tag, static_cast<std::uint32_t>(status), 0, offset, {}, error);
+    c.queued_bytes += c.wbuf.size() - before;
+  };
+  if (digest.empty() || digest.size() > proto::kMaxDigestBytes || length == 0) {
+    answer_now(proto::ObjectStatus::kBadRequest,
+               "get needs a digest of 1 to 64 bytes and a length of at least 1");
+    return;
+  }
+  if (!loop) {
+    answer_now(proto::ObjectStatus::kBadRequest,
+               "objects are fetched only on fleet-worker's loop, not by RunBatch");
+    return;
+  }
+  std::uint64_t generation = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    generation = c.generation;
+    if (c.gets_out >= kMaxGetsPerHandler) {
+      generation = 0;
+    } else {
+      ++c.gets_out;
+    }
+  }
+  if (generation == 0) {
+    answer_now(proto::ObjectStatus::kBusy,
+               "more than 16 requests out at once; ask again when one is answered");
+    return;
+  }
+  const std::uint64_t ours = next_get_tag_++;
+  gets_.emplace(ours, PendingGet{&c, generation, tag, offset});
+  new_gets_.push_back(ObjectGetOut{ours, c.inflight.front().task.id, std::string(digest), offset,
+                                   std::min(length, kMaxObjectChunk)});
+}
+
+void ProcessHandler::TakeObjectGets(std::vector<ObjectGetOut>* out) {
+  out->clear();
+  out->swap(new_gets_);
+}
+
+bool ProcessHandler::DeliverObject(std::uint64_t tag, std::uint32_t status, std::uint64_t total,
+                                   std::uint64_t offset, std::string_view data,
+                                   std::string_view error) {
+  const auto it = gets_.find(tag);
+  if (it == gets_.end()) return false;
+  const PendingGet get = it->second;
+  gets_.erase(it);
+  Child& c = *get.child;
+  std::lock_guard<std::mutex> lock(mu_);
+  // A restarted handler gets no answer to its last process's requests.
+  if (c.generation != get.generation) return true;
+  if (c.gets_out > 0) --c.gets_out;
+  // A busy process's stdin is the loop's (polled for writing while frames
+  // wait); an idle one takes what it can now, the rest before its next
+  // batch. A failed one is on its way out.
+  if (c.state != Child::State::kBusy && c.state != Child::State::kIdle) return true;
+  const std::size_t before = c.wbuf.size();
+  frames::AppendObject(&c.wbuf, get.handler_tag, status, total, offset, data, error);
+  c.queued_bytes += c.wbuf.size() - before;
+  if (c.state == Child::State::kIdle) {
+    std::string ignored;
+    Flush(c, &ignored);
+  }
+  return true;
+}
+
+void ProcessHandler::FailObjectGets(std::uint32_t status, std::string_view error) {
+  std::vector<std::uint64_t> tags;
+  tags.reserve(gets_.size());
+  for (const auto& [tag, get] : gets_) tags.push_back(tag);
+  std::sort(tags.begin(), tags.end());  // in the order they were asked
+  for (std::uint64_t tag : tags) DeliverObject(tag, status, 0, gets_.at(tag).offset, {}, error);
 }
 
 void ProcessHandler::Abort() {

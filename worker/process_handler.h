@@ -35,6 +35,7 @@
 #include <string>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <zmq.hpp>
@@ -58,6 +59,9 @@ class ProcessHandler : public Handler {
     // How long a batch waits for a ready handler when none is (they are
     // all restarting) before it is given back for another try.
     std::chrono::milliseconds ready_wait{30000};
+    // Handlers may fetch objects: FLEET_HANDLER_FEATURES=objects, and a
+    // `get` is taken (on the loop) instead of breaking the protocol.
+    bool objects = false;
   };
 
   // Starts the supervisor, which starts every slot's process at once.
@@ -108,6 +112,34 @@ class ProcessHandler : public Handler {
   std::size_t queued() const { return queue_.size(); }
   std::size_t running() const { return running_.size(); }
 
+  // ---- objects (docs/handler-protocol.md, "Objects"; on the loop) ----
+  // Requests a handler may keep out at once; the largest chunk asked for
+  // (an `object` frame then fits the frames a handler takes from us).
+  static constexpr std::uint32_t kMaxGetsPerHandler = 16;
+  static constexpr std::uint64_t kMaxObjectChunk = 16u << 20;
+  // A handler's `get`, for the worker to send as OBJECT_GET: `tag` is ours
+  // (unique in this handler), on behalf of `batch_id`, the batch the
+  // handler runs; `length` already at most kMaxObjectChunk.
+  struct ObjectGetOut {
+    std::uint64_t tag = 0;
+    std::string batch_id;
+    std::string digest;
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+  };
+  // The gets read since the last call, into *out (cleared first).
+  void TakeObjectGets(std::vector<ObjectGetOut>* out);
+  bool has_object_gets() const { return !new_gets_.empty(); }
+  // The answer to the get `tag` names, passed on to the handler that asked
+  // (as its own tag) unless it was restarted since. False when no get is
+  // out with that tag (answered already, or never ours).
+  bool DeliverObject(std::uint64_t tag, std::uint32_t status, std::uint64_t total,
+                     std::uint64_t offset, std::string_view data, std::string_view error);
+  // Answers every get still out with `status` and `error` (the worker's
+  // connection was replaced: the broker forgot them).
+  void FailObjectGets(std::uint32_t status, std::string_view error);
+  std::size_t object_gets_out() const { return gets_.size(); }
+
  private:
   struct Child;
   using Clock = std::chrono::steady_clock;
@@ -147,7 +179,14 @@ class ProcessHandler : public Handler {
   void SetDeadline(Child& c, Timeout timeout);
   void Send(Child& c, Task task, Timeout timeout);
   bool Flush(Child& c, std::string* failure);
-  Step Advance(Child& c, Timeout timeout, std::vector<Answer>* answers, std::string* failure);
+  // `loop`: on the worker's loop, where a `get` becomes an ObjectGetOut;
+  // RunBatch's gets are refused (bad_request): it has no broker to ask.
+  Step Advance(Child& c, Timeout timeout, std::vector<Answer>* answers, std::string* failure,
+               bool loop = true);
+  // A `get` from `c` (busy) for its oldest batch: answered at once when it
+  // is bad, one too many or cannot be relayed; else queued for the worker.
+  void OnGet(Child& c, std::uint64_t tag, std::string_view digest, std::uint64_t offset,
+             std::uint64_t length, bool loop);
   void Release(Child& c);
   Answer Fail(Child& c, Step step, std::string failure, Timeout timeout,
               std::chrono::milliseconds exit_wait, std::deque<Task>* rest);
@@ -183,6 +222,18 @@ class ProcessHandler : public Handler {
   std::vector<Child*> touched_;       // scratch: sent to in this round
   std::vector<Answer> answers_;       // scratch: answers of one Advance
   std::optional<Clock::time_point> none_ready_since_;
+
+  // Gets relayed and not answered yet, by our tag; those read and not yet
+  // taken by the worker.
+  struct PendingGet {
+    Child* child = nullptr;
+    std::uint64_t generation = 0;  // the child's process when it asked
+    std::uint64_t handler_tag = 0;
+    std::uint64_t offset = 0;      // asked for: echoed in a refusal
+  };
+  std::unordered_map<std::uint64_t, PendingGet> gets_;
+  std::vector<ObjectGetOut> new_gets_;
+  std::uint64_t next_get_tag_ = 1;
 };
 
 }  // namespace fleet::worker

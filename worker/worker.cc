@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <type_traits>
 
@@ -140,6 +141,8 @@ Worker::Worker(WorkerOptions options, std::unique_ptr<Handler> handler)
   // id and error (docs/handler-protocol.md); a result over the payload
   // limit then fails its batch as the others do, for good.
   options_.handler.max_frame_bytes = (64u << 20) + (64u << 10);
+  // Its handlers' object requests go out on our loop (SendObjectGets).
+  options_.handler.objects = true;
   handler_ = handler ? std::move(handler) : MakeHandler(options_.handler);
   stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (stop_fd_ < 0) throw std::runtime_error("worker: eventfd failed");
@@ -208,6 +211,7 @@ int Worker::Run() {
     if (!stop_from_signal_) poll_items_.push_back({nullptr, stop_fd_, ZMQ_POLLIN, 0});
     const int ready_fd = handler_->ready_fd();
     if (ready_fd >= 0) poll_items_.push_back({nullptr, ready_fd, ZMQ_POLLIN, 0});
+    if (process_ != nullptr && process_->has_object_gets()) SendObjectGets(now);
     const std::size_t pipes_at = poll_items_.size();
     if (process_ != nullptr) process_->PollItems(&poll_items_);
     PollNoThrow(poll_items_.data(), static_cast<int>(poll_items_.size()), PollTimeout(now));
@@ -309,6 +313,7 @@ void Worker::Reconnect(TimePoint now, const std::string& why) {
   // Anything still queued on the old socket is dropped, not resent: a result
   // is sent at most once, and the broker requeues what it never got.
   broker_->set(zmq::sockopt::linger, 0);
+  FailObjectGets("the worker's connection to the broker was replaced");
   ReadHandshakes();  // what the old socket saw still counts
   broker_.reset();
   monitor_.reset();
@@ -380,6 +385,7 @@ void Worker::HandleMessage(const proto::Message& message, TimePoint now) {
     if (state_ == State::kRegistered) {
       spdlog::info("worker {}: broker reset us ({}); registering again", options_.id,
                    m->reason);
+      FailObjectGets("the broker reset the worker's registration");
       state_ = State::kConnecting;
       hello_at_ = now;
       want_out_ = true;
@@ -418,6 +424,15 @@ void Worker::HandleMessage(const proto::Message& message, TimePoint now) {
     } else {
       spdlog::warn("worker {}: broker error {}: {}", options_.id,
                    proto::ErrorCodeName(m->code), m->message);
+    }
+  } else if (const auto* m = std::get_if<proto::ObjectData>(&message)) {
+    if (process_ != nullptr &&
+        process_->DeliverObject(m->tag, m->status, m->total, m->offset, m->data, m->error)) {
+      if (metrics_) metrics_->OnObjectBytes(m->data.size());
+    } else {
+      spdlog::debug("worker {}: OBJECT_DATA for tag {}, which no handler waits for; dropped",
+                    options_.id, m->tag);
+      if (metrics_) metrics_->OnObjectDataDropped();
     }
   } else if (Holds<proto::Heartbeat>(message)) {
     // Liveness is already noted.
@@ -645,6 +660,39 @@ bool Worker::Send(const proto::Message& message, TimePoint now) {
   if (!SendFrame(*broker_, out_, /*block=*/false)) return false;
   last_sent_ = now;
   return true;
+}
+
+void Worker::SendObjectGets(TimePoint now) {
+  process_->TakeObjectGets(&object_gets_);
+  // Each answer must fit a message we take from the broker.
+  const std::uint64_t chunk = std::min<std::uint64_t>(
+      options_.limits.max_message_bytes - 4096, std::numeric_limits<std::uint32_t>::max());
+  for (const ProcessHandler::ObjectGetOut& g : object_gets_) {
+    if (state_ != State::kRegistered || !broker_) {
+      process_->DeliverObject(g.tag, static_cast<std::uint32_t>(proto::ObjectStatus::kUnavailable),
+                              0, g.offset, {},
+                              "fleet-worker is not registered with a broker now");
+      continue;
+    }
+    proto::ObjectGet get;
+    get.tag = g.tag;
+    get.batch_id = g.batch_id;
+    get.digest = g.digest;
+    get.offset = g.offset;
+    get.length = static_cast<std::uint32_t>(std::min(g.length, chunk));
+    if (!Send(get, now)) {
+      process_->DeliverObject(g.tag, static_cast<std::uint32_t>(proto::ObjectStatus::kBusy), 0,
+                              g.offset, {}, "the connection to the broker is full");
+    }
+  }
+  object_gets_.clear();
+}
+
+void Worker::FailObjectGets(const char* why) {
+  if (process_ == nullptr || process_->object_gets_out() == 0) return;
+  spdlog::info("worker {}: {}; {} object requests answered unavailable", options_.id, why,
+               process_->object_gets_out());
+  process_->FailObjectGets(static_cast<std::uint32_t>(proto::ObjectStatus::kUnavailable), why);
 }
 
 Millis Worker::PollTimeout(TimePoint now) const {

@@ -120,6 +120,10 @@ class Worker {
   void Flush(TimePoint now);
   bool SendDone(TimePoint now);
   bool Send(const proto::Message& message, TimePoint now);
+  // The handlers' object requests, as OBJECT_GET (or refused at once when
+  // we are not registered or the socket is full).
+  void SendObjectGets(TimePoint now);
+  void FailObjectGets(const char* why);
   Millis PollTimeout(TimePoint now) const;
   bool Draining() const { return stop_from_broker_ || stop_from_signal_; }
   bool MaySendResults() const;
@@ -140,6 +144,7 @@ class Worker {
   // loop, with the handlers' pipes in the poll, not on slot threads.
   ProcessHandler* process_ = nullptr;
   ProcessHandler::Limits process_limits_;
+  std::vector<ProcessHandler::ObjectGetOut> object_gets_;  // scratch
   std::vector<zmq::pollitem_t> poll_items_;  // reused each turn
   std::vector<Completion> finished_;        // reused: one Service's results
   std::unique_ptr<WorkerMetrics> metrics_;  // null without --metrics

@@ -40,7 +40,17 @@ WorkerMetrics::WorkerMetrics(const std::string& bind_address, int slots,
                            .Name("fleet_worker_handler_seconds")
                            .Help("Time the handler took per batch")
                            .Register(*registry_)
-                           .Add({}, LatencyBuckets())) {
+                           .Add({}, LatencyBuckets())),
+      object_bytes_(prometheus::BuildCounter()
+                        .Name("fleet_worker_object_bytes_total")
+                        .Help("Object bytes passed to the handlers (OBJECT_DATA)")
+                        .Register(*registry_)
+                        .Add({})),
+      object_dropped_(prometheus::BuildCounter()
+                          .Name("fleet_worker_object_data_dropped_total")
+                          .Help("OBJECT_DATA answering no request that was out")
+                          .Register(*registry_)
+                          .Add({})) {
   slots_.Set(slots);
   served_ = ServeMetrics(bind_address, registry_, auth);
 }

@@ -31,6 +31,9 @@ class WorkerMetrics {
     handler_seconds_.Observe(seconds);
   }
   void SetBusy(std::uint32_t held) { busy_.Set(static_cast<double>(held)); }
+  // Object data passed to a handler; an OBJECT_DATA no handler waited for.
+  void OnObjectBytes(std::size_t n) { object_bytes_.Increment(static_cast<double>(n)); }
+  void OnObjectDataDropped() { object_dropped_.Increment(); }
   // http://HOST:PORT/metrics as bound.
   const std::string& url() const { return served_.url(); }
 
@@ -41,6 +44,8 @@ class WorkerMetrics {
   prometheus::Gauge& busy_;
   prometheus::Gauge& slots_;
   prometheus::Histogram& handler_seconds_;
+  prometheus::Counter& object_bytes_;
+  prometheus::Counter& object_dropped_;
   MetricsServer served_;
 };
 

@@ -13,6 +13,14 @@
 //   pid             answer ok with its pid
 //   once:FILE:VERB  if FILE does not exist, create it and do VERB (e.g.
 //                   kill); otherwise answer ok "again"
+//   features        answer ok with FLEET_HANDLER_FEATURES ("-" when unset)
+//   fetch:HEX:CHUNK fetch the object whose digest is the bytes HEX, CHUNK
+//                   bytes per `get`, one at a time, and answer ok with its
+//                   bytes; error "status S: TEXT" when a get is refused
+//   gets:N:HEX      send N gets of byte 0 at once, answer ok with their
+//                   statuses in the order asked ("0,0,4")
+//   badget          a get with an empty digest: answer ok with its status
+//   getkill:HEX     send a get for HEX, then SIGKILL itself
 //
 // Flags: --ready-when FILE (say ready once FILE exists, polling every 10 ms;
 // a FILE ending in "-" gets the slot number appended: one file per slot),
@@ -33,6 +41,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "worker/handler_frames.h"
 
@@ -85,6 +94,21 @@ void WriteAll(const std::string& s) {
   }
 }
 
+std::string FromHex(const std::string& hex) {
+  std::string out;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  }
+  return out;
+}
+
+// An `object` frame's fields.
+struct Object {
+  std::uint64_t tag = 0, total = 0, offset = 0;
+  std::uint32_t status = 0;
+  std::string data, error;
+};
+
 bool Exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
@@ -132,19 +156,37 @@ int main(int argc, char** argv) {
   Input in;
   std::string body;
   std::string answers;  // not written yet: with a depth, while more input is buffered
+  // The next frame's body into `body`; false at end of input.
+  const auto next_frame = [&]() {
+    const char* header = in.Take(4);
+    if (header == nullptr) return false;
+    const auto* h = reinterpret_cast<const unsigned char*>(header);
+    const std::size_t n = (std::size_t{h[0]} << 24) | (std::size_t{h[1]} << 16) |
+                          (std::size_t{h[2]} << 8) | std::size_t{h[3]};
+    const char* b = in.Take(n);
+    if (b == nullptr) std::_Exit(4);
+    body.assign(b, n);
+    return true;
+  };
+  // The answer to the get `tag` (other objects are skipped).
+  const auto await_object = [&](std::uint64_t tag) {
+    Object o;
+    while (next_frame()) {
+      if (frames::DecodeObjectForTests(body, &o.tag, &o.status, &o.total, &o.offset, &o.data,
+                                       &o.error) &&
+          o.tag == tag) {
+        return o;
+      }
+    }
+    std::_Exit(6);  // end of input while waiting
+  };
+  std::uint64_t next_tag = 1;
   while (true) {
     if (!answers.empty() && !in.HasFrame()) {
       WriteAll(answers);  // before a read that may block
       answers.clear();
     }
-    const char* header = in.Take(4);
-    if (header == nullptr) break;
-    const auto* h = reinterpret_cast<const unsigned char*>(header);
-    const std::size_t n = (std::size_t{h[0]} << 24) | (std::size_t{h[1]} << 16) |
-                          (std::size_t{h[2]} << 8) | std::size_t{h[3]};
-    const char* b = in.Take(n);
-    if (b == nullptr) return 4;
-    body.assign(b, n);
+    if (!next_frame()) break;
     std::string id, payload;
     if (!frames::DecodeBatchForTests(body, &id, &payload)) {
       std::fprintf(stderr, "fleet-test-handler: not a batch frame\n");
@@ -192,6 +234,70 @@ int main(int argc, char** argv) {
                        std::string(slot ? slot : "-") + " " + (worker ? worker : "-"));
     } else if (verb == "pid") {
       frames::AppendOk(&out, id, std::to_string(::getpid()));
+    } else if (verb == "features") {
+      const char* features = std::getenv("FLEET_HANDLER_FEATURES");
+      frames::AppendOk(&out, id, features ? features : "-");
+    } else if (verb == "fetch") {
+      const auto colon = arg.find(':');
+      const std::string digest = FromHex(arg.substr(0, colon));
+      const std::uint64_t chunk =
+          colon == std::string::npos ? 1u << 20 : std::stoull(arg.substr(colon + 1));
+      std::string data, failure;
+      std::uint64_t total = 1;
+      while (data.size() < total && failure.empty()) {
+        std::string get;
+        const std::uint64_t tag = next_tag++;
+        frames::AppendGet(&get, tag, digest, data.size(), chunk);
+        WriteAll(get);
+        const Object o = await_object(tag);
+        if (o.status != 0) {
+          failure = "status " + std::to_string(o.status) + ": " + o.error;
+        } else if (o.offset != data.size() || (o.data.empty() && data.size() < o.total)) {
+          failure = "bad answer at offset " + std::to_string(o.offset);
+        } else {
+          total = o.total;
+          data += o.data;
+        }
+      }
+      if (failure.empty()) {
+        frames::AppendOk(&out, id, data);
+      } else {
+        frames::AppendError(&out, id, failure);
+      }
+    } else if (verb == "gets") {
+      const auto colon = arg.find(':');
+      const int n = std::atoi(arg.substr(0, colon).c_str());
+      const std::string digest = colon == std::string::npos ? "" : FromHex(arg.substr(colon + 1));
+      const std::uint64_t first = next_tag;
+      std::string get;
+      for (int i = 0; i < n; ++i) frames::AppendGet(&get, next_tag++, digest, 0, 1);
+      WriteAll(get);
+      std::vector<std::string> statuses(static_cast<std::size_t>(n));
+      for (int got = 0; got < n; ++got) {
+        Object o;
+        if (!next_frame()) return 6;
+        if (!frames::DecodeObjectForTests(body, &o.tag, &o.status, &o.total, &o.offset, &o.data,
+                                          &o.error) ||
+            o.tag < first || o.tag >= first + static_cast<std::uint64_t>(n)) {
+          --got;
+          continue;
+        }
+        statuses[o.tag - first] = std::to_string(o.status);
+      }
+      std::string joined;
+      for (const auto& s : statuses) joined += (joined.empty() ? "" : ",") + s;
+      frames::AppendOk(&out, id, joined);
+    } else if (verb == "badget") {
+      std::string get;
+      const std::uint64_t tag = next_tag++;
+      frames::AppendGet(&get, tag, "", 0, 1);
+      WriteAll(get);
+      frames::AppendOk(&out, id, std::to_string(await_object(tag).status));
+    } else if (verb == "getkill") {
+      std::string get;
+      frames::AppendGet(&get, next_tag++, FromHex(arg), 0, 1);
+      WriteAll(get);
+      ::kill(::getpid(), SIGKILL);
     } else if (verb == "again") {
       frames::AppendOk(&out, id, "again");
     } else {

@@ -19,6 +19,7 @@
 #include "common/codec.h"
 #include "common/zmq_util.h"
 #include "worker/handler.h"
+#include "tests/support/http_get.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
 
@@ -533,6 +534,70 @@ TEST_F(WorkerProcessTest, SigtermWithoutBrokerExitsZero) {
       [&] { return ReadLog().find("starting") != std::string::npos; }, 10s));
   worker.Signal(SIGTERM);
   EXPECT_EQ(worker.Wait(10s), std::optional<int>(0));
+}
+
+TEST_F(WorkerProcessTest, AHandlersGetsBecomeObjectGetsAndTheAnswersComeBackToIt) {
+  auto worker = Start({"--id", "w-obj", "--handler", "process", "--metrics", "127.0.0.1:0",
+                       "--exec", Bin("fleet-test-handler")});
+  ASSERT_TRUE(broker_.Register());
+  const std::string object = "hello, objects";  // 14 bytes, read 5 at a time
+  broker_.Send(Batches({{"b-obj", "fetch:beef:5"}}));
+  std::uint64_t offset = 0;
+  std::set<std::uint64_t> tags;
+  std::unique_ptr<Received> done;
+  while (!done) {
+    auto msg = broker_.RecvSkippingHeartbeats();
+    ASSERT_TRUE(msg);
+    if (msg->As<proto::Done>() && msg->As<proto::Done>()->results.empty()) continue;  // a grant
+    if (msg->As<proto::Done>()) {
+      done = std::move(msg);
+      break;
+    }
+    const auto* get = msg->As<proto::ObjectGet>();
+    ASSERT_TRUE(get) << "command " << static_cast<int>(msg->command());
+    EXPECT_EQ(get->batch_id, "b-obj");
+    EXPECT_EQ(get->digest, "\xbe\xef");
+    EXPECT_EQ(get->offset, offset);
+    EXPECT_EQ(get->length, 5u);
+    EXPECT_TRUE(tags.insert(get->tag).second);  // each request its own tag
+    // First an answer nobody waits for (dropped and counted), then the real one.
+    broker_.Send(proto::ObjectData{get->tag + 1000, 0, object.size(), offset, "zz", ""});
+    const std::string chunk = object.substr(offset, 5);
+    broker_.Send(proto::ObjectData{get->tag, 0, object.size(), offset, chunk, ""});
+    offset += chunk.size();
+  }
+  ASSERT_EQ(done->As<proto::Done>()->results.size(), 1u);
+  EXPECT_EQ(done->As<proto::Done>()->results[0].outcome, proto::Outcome::kOk)
+      << done->As<proto::Done>()->results[0].error;
+  EXPECT_EQ(done->As<proto::Done>()->results[0].result, object);
+  EXPECT_EQ(tags.size(), 3u);
+
+  // A refusal reaches the handler as it came.
+  broker_.Send(Batches({{"b-gone", "fetch:beef:5"}}));
+  std::unique_ptr<Received> get;
+  do {
+    get = broker_.RecvSkippingHeartbeats();
+    ASSERT_TRUE(get);
+  } while (!get->As<proto::ObjectGet>());
+  broker_.Send(proto::ObjectData{get->As<proto::ObjectGet>()->tag,
+                                 static_cast<std::uint32_t>(proto::ObjectStatus::kProducerGone),
+                                 0, 0, "", "the producer of b-gone is not connected"});
+  do {
+    done = broker_.RecvSkippingHeartbeats();
+    ASSERT_TRUE(done);
+  } while (!done->As<proto::Done>() || done->As<proto::Done>()->results.empty());
+  EXPECT_EQ(done->As<proto::Done>()->results[0].outcome, proto::Outcome::kFailed);
+  EXPECT_EQ(done->As<proto::Done>()->results[0].error,
+            "status 2: the producer of b-gone is not connected");
+
+  // The counters: 14 bytes passed on, 3 answers dropped.
+  const std::string log = ReadLog();
+  const auto at = log.find("metrics on ");
+  ASSERT_NE(at, std::string::npos);
+  const std::string url = log.substr(at + 11, log.find_first_of(" \n", at + 11) - at - 11);
+  const std::string page = testing::HttpGet(url);
+  EXPECT_NE(page.find("fleet_worker_object_bytes_total 14"), std::string::npos) << page;
+  EXPECT_NE(page.find("fleet_worker_object_data_dropped_total 3"), std::string::npos) << page;
 }
 
 TEST_F(WorkerProcessTest, HelpExitsZero) {

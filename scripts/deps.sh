@@ -9,6 +9,7 @@ pkgs=(
   libssl-dev libgtest-dev libgmock-dev
   python3 python3-zmq python3-msgpack procps prometheus
   python3-venv python3-pip python3-setuptools python3-joblib python3-cloudpickle python3-pytest
+  python3-numpy python3-sklearn
 )
 missing=()
 for p in "${pkgs[@]}"; do

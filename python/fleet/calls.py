@@ -23,14 +23,26 @@ Run as `python3 -m fleet.calls`, it sets JOBLIB_MULTIPROCESSING=0 (unless
 set), so joblib inside a call never starts processes of its own: a
 Parallel there runs on threads in this handler process.
 
+Large arguments (fleet.objects): a call may name objects by digest instead
+of carrying them; the first call that needs one fetches it in chunks from
+its producer through the worker (docs/handler-protocol.md, "Objects"),
+checks its digest and keeps it in a cache of --cache-mb (least recently
+used out first, never one the running call uses), so later calls on this
+handler find it. An object larger than the whole cache, one that cannot be
+fetched (its producer is gone, ...) or whose bytes do not match its digest
+fails the call with an ObjectError that says so.
+
 Start-up is kept short (a worker started from zero by the autoscaler waits
 for it): this module imports neither joblib nor cloudpickle unless a batch
 needs them (unpickling a by-value function imports cloudpickle by itself).
 """
 
+import collections
+import io
 import os
 import pickle
 import sys
+import time
 import traceback
 
 
@@ -45,6 +57,113 @@ class RemoteError(Exception):
 
     def __reduce__(self):
         return (RemoteError, (self.type_name, self.message))
+
+
+class ObjectError(Exception):
+    """A shared argument could not be had: too large for the handler's
+    cache, not fetched (its producer gone, released, ...), or its bytes did
+    not match its digest (then it is not kept)."""
+
+    def __reduce__(self):
+        return (ObjectError, self.args)
+
+
+DEFAULT_CACHE_MB = 1024
+OBJECT_TIMEOUT_SECONDS = 60.0
+
+
+class _Cache:
+    """Objects by digest, at most `cap` bytes, least recently used out
+    first; the objects of the running call are never dropped."""
+
+    def __init__(self, cap):
+        self.cap = cap
+        self.bytes = 0
+        self.items = collections.OrderedDict()   # digest -> (obj, size)
+        self.fetched = 0                         # bytes fetched, in all
+
+    def get(self, digest):
+        entry = self.items.get(digest)
+        if entry is None:
+            return None
+        self.items.move_to_end(digest)
+        return entry
+
+    def make_room(self, size, keep):
+        for d in list(self.items):
+            if self.bytes + size <= self.cap:
+                return
+            if d in keep:
+                continue
+            self.bytes -= self.items.pop(d)[1]
+
+    def put(self, digest, obj, size):
+        self.items[digest] = (obj, size)
+        self.bytes += size
+
+
+_cache = None
+_in_use = set()   # digests the running call has loaded
+
+
+def _cache_now():
+    global _cache
+    if _cache is None:
+        mb = os.environ.get("FLEET_OBJECT_CACHE_MB")
+        _cache = _Cache(int(mb) << 20 if mb else DEFAULT_CACHE_MB << 20)
+    return _cache
+
+
+def _load_object(pid):
+    from . import objects
+    if not (isinstance(pid, tuple) and len(pid) == 3 and pid[0] == objects.PID_TAG):
+        raise pickle.UnpicklingError("unknown persistent id %r" % (pid,))
+    _, digest, size = pid
+    cache = _cache_now()
+    entry = cache.get(digest)
+    name = "%s (%s)" % (digest.hex()[:16], _size_text(size))
+    if entry is not None:
+        _in_use.add(digest)
+        return entry[0]
+    if size > cache.cap:
+        raise ObjectError("object %s does not fit in this handler's object cache of %s: "
+                          "start the handler with a larger --cache-mb (python3 -m fleet.calls "
+                          "--cache-mb N) or FLEET_OBJECT_CACHE_MB" % (name, _size_text(cache.cap)))
+    from .handler import fetch_object, ObjectFetchError
+    cache.make_room(size, _in_use)
+    started = time.monotonic()
+    try:
+        data = fetch_object(digest, size, timeout=OBJECT_TIMEOUT_SECONDS)
+    except ObjectFetchError as exc:
+        raise ObjectError("object %s could not be fetched from the producer: %s"
+                          % (name, exc)) from None
+    h = objects.new_hash()
+    h.update(data)
+    if h.digest() != digest:
+        print("fleet.calls: object %s refused: its bytes do not match its digest (%s)"
+              % (name, h.hexdigest()[:16]), file=sys.stderr, flush=True)
+        raise ObjectError("object %s refused: the bytes received do not match its digest "
+                          "(they hash to %s); not kept" % (name, h.hexdigest()[:16]))
+    obj = objects.decode(data)
+    cache.put(digest, obj, size)
+    cache.fetched += size
+    _in_use.add(digest)
+    print("fleet.calls: fetched object %s in %.2f s; cache %s of %s"
+          % (name, time.monotonic() - started, _size_text(cache.bytes), _size_text(cache.cap)),
+          file=sys.stderr, flush=True)
+    return obj
+
+
+def _size_text(n):
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return "%.1f %s" % (n / scale, unit)
+    return "%d bytes" % n
+
+
+class _Unpickler(pickle.Unpickler):
+    def persistent_load(self, pid):
+        return _load_object(pid)
 
 
 def _dumps(obj):
@@ -65,8 +184,9 @@ def _run_calls(items, nested, n_jobs):
 
 def run(payload):
     """The handler function: payload in, pickled envelope out."""
-    work = pickle.loads(payload)
+    _in_use.clear()
     try:
+        work = _Unpickler(io.BytesIO(payload)).load()
         if work[0] == "calls":
             value = _run_calls(work[1], work[2], work[3])
         elif work[0] == "call":
@@ -88,6 +208,7 @@ def run(payload):
 
 
 def main(argv=None):
+    global _cache, OBJECT_TIMEOUT_SECONDS
     import argparse
     ap = argparse.ArgumentParser(
         prog="python3 -m fleet.calls",
@@ -97,7 +218,22 @@ def main(argv=None):
                     "here, so this Python needs the caller's libraries.")
     ap.add_argument("--depth", type=int, default=1,
                     help="batches the worker may queue here at once, 1 to 64 (default 1)")
+    ap.add_argument("--cache-mb", type=int, default=None,
+                    help="room for large arguments fetched from producers, kept for later "
+                         "calls, least recently used out first (default %d, or "
+                         "FLEET_OBJECT_CACHE_MB); an object larger than this fails its call"
+                         % DEFAULT_CACHE_MB)
+    ap.add_argument("--object-timeout", type=float, default=OBJECT_TIMEOUT_SECONDS,
+                    help="seconds without data after which a fetch fails (default %.0f)"
+                         % OBJECT_TIMEOUT_SECONDS)
     args = ap.parse_args(argv)
+    if args.cache_mb is not None and args.cache_mb < 1:
+        ap.error("--cache-mb must be at least 1")
+    if args.object_timeout <= 0:
+        ap.error("--object-timeout must be positive")
+    if args.cache_mb is not None:
+        _cache = _Cache(args.cache_mb << 20)
+    OBJECT_TIMEOUT_SECONDS = args.object_timeout
     # Before anything imports joblib: nested Parallel calls use threads here.
     os.environ.setdefault("JOBLIB_MULTIPROCESSING", "0")
     from fleet.handler import serve

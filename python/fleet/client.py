@@ -17,6 +17,9 @@ What the broker's rules ask of a producer, and what this one does:
   again, one acknowledged but without a result is FETCHed (and sent again
   if the broker answers "unknown"); the broker never runs a known id twice.
 - a RESULT for an id already finished is dropped (results can come twice).
+- OBJECT_REQUEST (a worker fetching a large argument of one of our batches,
+  docs/protocol.md section 5a) is answered from `objects`, this process's
+  fleet.objects.STORE unless set otherwise.
 """
 
 import collections
@@ -186,6 +189,7 @@ class Client:
         self._first_hangup = 0.0            # when the first of them came
         self.auth_error = None              # text of a refused handshake, if any
         self.stats = collections.Counter()  # submitted, resent, queue_full, errors ...
+        self.objects = None                 # what OBJECT_REQUESTs read: fleet.objects.STORE
 
         self._thread = threading.Thread(target=self._run, name="fleet-client", daemon=True)
         self._thread.start()
@@ -536,8 +540,30 @@ class Client:
                 self._on_ack(msg[2], msg[3])
             elif cmd == w.ERROR:
                 self._on_error(msg[2], msg[3])
+            elif cmd == w.OBJECT_REQUEST:
+                self._on_object_request(sock, msg)
             else:
                 self.stats["bad_replies"] += 1
+
+    def _on_object_request(self, sock, msg):
+        """A worker reads a chunk of an object one of our batches names."""
+        try:
+            _, _, token, _batch_id, digest, offset, length = msg
+        except ValueError:
+            self.stats["bad_replies"] += 1
+            return
+        store = self.objects
+        if store is None:
+            from . import objects
+            store = self.objects = objects.STORE
+        status, total, data, error = store.read(bytes(digest), offset, length)
+        self.stats["object_requests"] += 1
+        self.stats["object_bytes"] += len(data)
+        try:
+            sock.send(w.pack([w.VERSION, w.OBJECT_REPLY, token, status, total, data, error]),
+                      zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            self.stats["object_replies_lost"] += 1   # not connected: the broker answers timeout
 
     def _on_results(self, items):
         pending = self._pending

@@ -14,7 +14,10 @@ on with the next batch. The process exits 0 when the worker closes its
 stdin (the worker is stopping).
 """
 
+import collections
+import itertools
 import os
+import select
 import struct
 import sys
 import time
@@ -27,6 +30,31 @@ MAX_ERROR_BYTES = 8192   # the worker cuts an error text there
 _MAX_FRAME = (64 << 20) + (64 << 10)
 
 _current = None
+_pipes = None   # the frame pipes while serve() runs: fetch_object() uses them
+
+# Fetching objects (docs/handler-protocol.md, "Objects"): chunks asked at
+# once, their size, and the pause before asking again after busy/unavailable.
+_FETCH_WINDOW = 4
+_FETCH_CHUNK = 4 << 20
+_FETCH_RETRY_SECONDS = 0.1
+_BUSY, _UNAVAILABLE = 4, 7
+_STATUS_NAMES = ("ok", "unknown_object", "producer_gone", "unknown_batch", "busy", "timeout",
+                 "bad_request", "unavailable")
+_tags = itertools.count(1)
+
+
+class ObjectFetchError(Exception):
+    """An object could not be fetched for the running batch: `status` is
+    the name from docs/protocol.md section 7 ("producer_gone", "timeout",
+    ...), or "worker" when the worker cannot fetch objects at all."""
+
+    def __init__(self, status, message):
+        super().__init__("%s: %s" % (status, message))
+        self.status = status
+        self.message = message
+
+    def __reduce__(self):
+        return (ObjectFetchError, (self.status, self.message))
 
 
 def current_batch():
@@ -102,6 +130,7 @@ class _Pipes:
         self.buf = bytearray()
         self.pos = 0
         self.out = []
+        self.stash = collections.deque()   # batch frames read while fetching
         self.packer = msgpack.Packer(use_bin_type=True, unicode_errors="surrogateescape")
 
     def send(self, message):
@@ -133,6 +162,13 @@ class _Pipes:
 
     def read(self):
         """The next frame's body, or None at end-of-file."""
+        if self.stash:
+            return self.stash.popleft()
+        return self.next_frame()
+
+    def next_frame(self, timeout=None):
+        """The next frame's body from the pipe (not the stash); None at
+        end-of-file; False when `timeout` seconds pass first."""
         while True:
             body = self._whole_frame()
             if body is not None:
@@ -141,12 +177,98 @@ class _Pipes:
             if self.pos:
                 del self.buf[:self.pos]
                 self.pos = 0
-            chunk = os.read(self.fin, 1 << 16)
+            if timeout is not None:
+                ready, _, _ = select.select([self.fin], [], [], max(0.0, timeout))
+                if not ready:
+                    return False
+            want = 1 << 16
+            if len(self.buf) >= 4:   # the rest of a large frame in few reads
+                (n,) = struct.unpack_from(">I", self.buf, 0)
+                want = max(want, min(4 + n - len(self.buf), 16 << 20))
+            chunk = os.read(self.fin, want)
             if not chunk:
                 if self.buf:
                     raise EOFError("end-of-file inside a frame")
                 return None
             self.buf += chunk
+
+
+def fetch_object(digest, size, timeout=60.0):
+    """The `size` bytes of the object named `digest` (a bytearray), fetched
+    through fleet-worker from the producer of the batch being run, in
+    chunks, several at once. Raises ObjectFetchError when the worker cannot
+    fetch objects, a status other than busy/unavailable comes back, or
+    nothing arrives for `timeout` seconds. Call it only from inside the
+    function serve() runs (while a batch is running)."""
+    pipes = _pipes
+    if pipes is None or _current is None:
+        raise ObjectFetchError("worker", "fetch_object() is only for a batch being run by serve()")
+    if "objects" not in os.environ.get("FLEET_HANDLER_FEATURES", "").split(","):
+        raise ObjectFetchError("worker", "this fleet-worker cannot fetch objects (it does not "
+                               "set FLEET_HANDLER_FEATURES=objects): upgrade it")
+    buf = bytearray(size)
+    view = memoryview(buf)
+    todo = collections.deque((off, min(size, off + _FETCH_CHUNK))
+                             for off in range(0, size, _FETCH_CHUNK))
+    out = {}       # tag -> (offset, end)
+    again = []     # (when, offset, end): busy or unavailable, in the order they came
+    last = time.monotonic()
+    got = 0
+    while todo or out or again:
+        now = time.monotonic()
+        while again and again[0][0] <= now:
+            _, off, end = again.pop(0)
+            todo.appendleft((off, end))
+        sent = False
+        while todo and len(out) < _FETCH_WINDOW:
+            off, end = todo.popleft()
+            tag = next(_tags)
+            out[tag] = (off, end)
+            pipes.send(["get", tag, digest, off, end - off])
+            sent = True
+        if sent:
+            pipes.flush()
+        wait = last + timeout - now
+        if wait <= 0:
+            raise ObjectFetchError("timeout", "no data for %.0f s (%d of %d bytes arrived)"
+                                   % (timeout, got, size))
+        if again:
+            wait = min(wait, again[0][0] - now)
+        body = pipes.next_frame(wait)
+        if body is False:
+            continue
+        if body is None:
+            raise ObjectFetchError("worker", "the worker closed the pipe during a fetch")
+        msg = msgpack.unpackb(body, raw=False, unicode_errors="surrogateescape")
+        if not (isinstance(msg, list) and msg and isinstance(msg[0], str)):
+            raise ValueError("not a handler-protocol message: %r" % (msg,))
+        if msg[0] == "batch":
+            pipes.stash.append(body)   # with a depth: run it after this one
+            continue
+        if msg[0] != "object" or len(msg) < 7:
+            continue
+        tag, status, total, offset, data, error = msg[1:7]
+        r = out.pop(tag, None)
+        if r is None:
+            continue   # the answer to a request of an earlier, failed fetch
+        off, end = r
+        if status == 0:
+            n = len(data)
+            if total != size or offset != off or n > end - off or (n == 0 and off < end):
+                raise ObjectFetchError("bad_request", "the answer for bytes %d..%d of an object "
+                                       "of %d is %d bytes at %d of an object of %d"
+                                       % (off, end, size, n, offset, total))
+            view[off:off + n] = data
+            got += n
+            last = time.monotonic()
+            if off + n < end:   # shortened on the way: ask for the rest
+                todo.appendleft((off + n, end))
+        elif status in (_BUSY, _UNAVAILABLE):
+            again.append((now + _FETCH_RETRY_SECONDS, off, end))
+        else:
+            name = _STATUS_NAMES[status] if 0 <= status < len(_STATUS_NAMES) else str(status)
+            raise ObjectFetchError(name, error or name)
+    return buf
 
 
 def serve(fn, depth=1, _fds=None):
@@ -161,8 +283,15 @@ def serve(fn, depth=1, _fds=None):
     to milliseconds; keep 1 for long or uneven ones."""
     if not 1 <= depth <= 64:
         raise ValueError("depth must be 1 to 64")
+    global _pipes
     fin, fout = _fds if _fds is not None else _take_pipes()
     pipes = _Pipes(fin, fout)
+    _pipes = pipes
+    try:   # objects arrive in chunks of megabytes: fewer, larger reads
+        import fcntl
+        fcntl.fcntl(fin, fcntl.F_SETPIPE_SZ, 1 << 20)
+    except (ImportError, AttributeError, OSError):
+        pass
     pipes.send(["ready", PROTOCOL_VERSION] if depth == 1 else ["ready", PROTOCOL_VERSION, depth])
     pipes.flush()
     try:
@@ -189,7 +318,8 @@ def _loop(fn, depth, pipes):
         if not (isinstance(msg, list) and msg and isinstance(msg[0], str)):
             raise ValueError("not a handler-protocol message: %r" % (msg,))
         if msg[0] != "batch":
-            print("fleet.serve: ignoring unknown message %r" % (msg[0],), file=sys.stderr)
+            if msg[0] != "object":   # objects: late answers of a failed fetch
+                print("fleet.serve: ignoring unknown message %r" % (msg[0],), file=sys.stderr)
             continue
         batch_id, payload, attempt, queue = msg[1], msg[2], msg[3], msg[4]
         if isinstance(payload, str):

@@ -17,11 +17,20 @@ since the protocol has no cancel, but their results are dropped.
 With fleet-autoscaler at --min 0 the first call's batches are the queue
 depth that starts workers, and the idle pool goes back to zero afterwards.
 
+Large arguments travel once per worker, not once per call: an argument of
+`share_threshold` bytes or more (1 MiB by default: a numpy array, bytes,
+or any argument whose pickle is that large) is pickled once per Parallel
+call, kept in this process and replaced in each call by its digest; a
+worker fetches it from here through the broker the first time it needs it
+and keeps it (fleet.objects, fleet.calls). It stays here while a batch
+that names it is out, and goes when the Parallel call ends.
+
 The backend keeps one fleet.Client per (broker, queue, curve) for the life
 of the process, so the second Parallel call finds the connection warm.
 """
 
 import atexit
+import collections
 import concurrent.futures
 import logging
 import os
@@ -36,10 +45,14 @@ from joblib.parallel import register_parallel_backend
 
 from . import _wire
 from . import control as _control
+from . import objects as _objects
 from .client import Client
 from .calls import RemoteError  # noqa: F401  (re-exported: remote exceptions may be one)
 
 _clients = {}
+# What this process sent through the backend: batches, their payload bytes,
+# and the bytes of the objects it shared (each fetched once per handler).
+stats = collections.Counter()
 _asked = {}   # control endpoint -> (valid until, slots): the broker's answer
 _clients_lock = threading.Lock()
 
@@ -139,6 +152,9 @@ class FleetBackend(AutoBatchingMixin, ParallelBackendBase):
         the autoscaler sees the whole backlog and sizes the pool.
     timeout: seconds a batch may wait for its result (default: none);
         Parallel(timeout=...) also works.
+    share_threshold: arguments of this many bytes or more are shared by
+        digest instead of sent with every call (default 1 MiB; None sends
+        everything with the calls).
     """
 
     supports_timeout = True
@@ -147,7 +163,8 @@ class FleetBackend(AutoBatchingMixin, ParallelBackendBase):
 
     def __init__(self, broker=None, queue="default", curve=None, control=None, control_curve=None,
                  max_workers=None, slots_per_worker=1, timeout=None,
-                 nesting_level=None, inner_max_num_threads=None, **kwargs):
+                 share_threshold=_objects.DEFAULT_THRESHOLD, nesting_level=None,
+                 inner_max_num_threads=None, **kwargs):
         super().__init__(nesting_level=nesting_level,
                          inner_max_num_threads=inner_max_num_threads, **kwargs)
         self.broker = broker or os.environ.get("FLEET_BROKER", "tcp://127.0.0.1:5555")
@@ -160,6 +177,8 @@ class FleetBackend(AutoBatchingMixin, ParallelBackendBase):
             int(env_max) if env_max else None)
         self.slots_per_worker = slots_per_worker
         self.timeout = timeout
+        self.share_threshold = share_threshold
+        self._sharing = None
         self._client = None
         self._jobs = set()
         self._jobs_lock = threading.Lock()
@@ -203,6 +222,10 @@ class FleetBackend(AutoBatchingMixin, ParallelBackendBase):
         self.parallel = parallel
         n = self.effective_n_jobs(n_jobs)
         self._client = _client_for(self.broker, self.queue, self.curve)
+        if self._sharing is not None:   # a call that ended without terminate()
+            self._sharing.close()
+        self._sharing = (_objects.Sharing(self.share_threshold)
+                         if self.share_threshold is not None else None)
         return n
 
     # -- running --
@@ -214,14 +237,25 @@ class FleetBackend(AutoBatchingMixin, ParallelBackendBase):
             name = {"ThreadingBackend": "threading", "SequentialBackend": "sequential"}.get(
                 type(nested).__name__, "sequential")
             work = ("calls", items, name, getattr(func, "_n_jobs", None))
+            candidates = [a for _, args, kwargs in items for a in (*args, *kwargs.values())]
         else:
             work = ("call", func)
+            candidates = ()
+        used = ()
+        sharing = self._sharing
         try:
-            payload = cloudpickle.dumps(work, protocol=pickle.HIGHEST_PROTOCOL)
+            if sharing is not None:
+                payload, used = sharing.dumps(work, candidates)
+            else:
+                payload = cloudpickle.dumps(work, protocol=pickle.HIGHEST_PROTOCOL)
             # Never block: joblib calls this holding Parallel's lock, which
             # the result callbacks (on the client's thread) need too.
             future = self._client.submit(payload, timeout=self.timeout, block=False)
+            stats["batches"] += 1
+            stats["payload_bytes"] += len(payload)
         except Exception as exc:
+            if used:
+                sharing.store.release(used)
             # Called from a result callback for every batch after the first
             # few, where an exception would vanish: hand it to joblib as
             # this batch's outcome instead, so Parallel raises it.
@@ -235,6 +269,8 @@ class FleetBackend(AutoBatchingMixin, ParallelBackendBase):
             self._jobs.add(future)
 
         def done(f):
+            if used:   # the objects it named may go once the call ends
+                sharing.store.release(used)
             with self._jobs_lock:
                 self._jobs.discard(f)
             if callback is None or f.cancelled() or f.exception() is not None:
@@ -262,7 +298,12 @@ class FleetBackend(AutoBatchingMixin, ParallelBackendBase):
     def terminate(self):
         # The client stays open for the next Parallel call (warm start); the
         # batch size learnt for this call's function is not the next one's.
+        # The objects this call shared go once no batch of it is out.
         self.reset_batch_stats()
+        if self._sharing is not None:
+            stats["shared_bytes"] += self._sharing.shared_bytes
+            self._sharing.close()
+            self._sharing = None
 
 
 def register():

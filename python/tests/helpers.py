@@ -63,3 +63,13 @@ def whoami(payload):
 
 def long_failure(payload):
     raise RuntimeError("x" * 20000)
+
+
+def array_facts(a, i=0):
+    """What a call sees of a shared array: its sum, one row's sum, whether
+    it may write to it, and the handler's pid."""
+    return float(a.sum()), float(a[i].sum()), bool(a.flags.writeable), os.getpid()
+
+
+def blob_len(b):
+    return len(b), bytes(b[:4])

@@ -44,6 +44,20 @@ def pack(message):
     return msgpack.packb(message, use_bin_type=True)
 
 
+def object_reply(token, status, total, data, error):
+    """OBJECT_REPLY [1, 6, token, status, total, data, error] as one frame,
+    `data` (any bytes-like, a chunk of MiBs) copied once into it."""
+    n = len(data)
+    if n < 1 << 8:
+        bin_head = b"\xc4" + n.to_bytes(1, "big")
+    elif n < 1 << 16:
+        bin_head = b"\xc5" + n.to_bytes(2, "big")
+    else:
+        bin_head = b"\xc6" + n.to_bytes(4, "big")
+    head = b"\x97" + b"".join(pack(v) for v in (VERSION, OBJECT_REPLY, token, status, total))
+    return b"".join((head, bin_head, data, pack(error)))
+
+
 def unpack(frame):
     """Decodes one broker frame; ids and texts come back as str."""
     return msgpack.unpackb(frame, raw=False, unicode_errors="surrogateescape",

@@ -184,9 +184,16 @@ def _run_calls(items, nested, n_jobs):
 
 def run(payload):
     """The handler function: payload in, pickled envelope out."""
+    from . import objects
+    from .handler import forget_fetches, prefetch_objects
     _in_use.clear()
     try:
-        work = _Unpickler(io.BytesIO(payload)).load()
+        names, pickled = objects.named_objects(payload)
+        if names:   # fetched while the unpickling imports what the calls need
+            cache = _cache_now()
+            prefetch_objects([(d, n) for d, n in names
+                              if d not in cache.items and n <= cache.cap])
+        work = _Unpickler(io.BytesIO(pickled)).load()
         if work[0] == "calls":
             value = _run_calls(work[1], work[2], work[3])
         elif work[0] == "call":
@@ -205,6 +212,8 @@ def run(payload):
         except Exception:
             pickled = None
         return _dumps((1, pickled, tb, type(exc).__name__, message))
+    finally:
+        forget_fetches()
 
 
 def main(argv=None):

@@ -560,8 +560,7 @@ class Client:
         self.stats["object_requests"] += 1
         self.stats["object_bytes"] += len(data)
         try:
-            sock.send(w.pack([w.VERSION, w.OBJECT_REPLY, token, status, total, data, error]),
-                      zmq.NOBLOCK, copy=False)
+            sock.send(w.object_reply(token, status, total, data, error), zmq.NOBLOCK, copy=False)
         except zmq.Again:
             self.stats["object_replies_lost"] += 1   # not connected: the broker answers timeout
 

@@ -16,6 +16,7 @@ stdin (the worker is stopping).
 
 import collections
 import itertools
+import mmap
 import os
 import select
 import struct
@@ -34,9 +35,14 @@ _pipes = None   # the frame pipes while serve() runs: fetch_object() uses them
 
 # Fetching objects (docs/handler-protocol.md, "Objects"): chunks asked at
 # once, their size, and the pause before asking again after busy/unavailable.
-_FETCH_WINDOW = 4
-_FETCH_CHUNK = 4 << 20
+_FETCH_WINDOW = 2
+_FETCH_CHUNK = 2 << 20
 _FETCH_RETRY_SECONDS = 0.1
+_MAX_GETS_OUT = 16   # what fleet-worker takes from one handler at once
+# Chunks asked per object as a batch starts (prefetch_objects). Not more:
+# tens of MiB arriving at once in fresh memory on every hop stalled a
+# 2-core virtual machine for a second (workers missed 200 ms heartbeats).
+_PREFETCH = 4
 _BUSY, _UNAVAILABLE = 4, 7
 _STATUS_NAMES = ("ok", "unknown_object", "producer_gone", "unknown_batch", "busy", "timeout",
                  "bad_request", "unavailable")
@@ -193,82 +199,291 @@ class _Pipes:
             self.buf += chunk
 
 
-def fetch_object(digest, size, timeout=60.0):
-    """The `size` bytes of the object named `digest` (a bytearray), fetched
-    through fleet-worker from the producer of the batch being run, in
-    chunks, several at once. Raises ObjectFetchError when the worker cannot
-    fetch objects, a status other than busy/unavailable comes back, or
-    nothing arrives for `timeout` seconds. Call it only from inside the
-    function serve() runs (while a batch is running)."""
-    pipes = _pipes
-    if pipes is None or _current is None:
+    def next_frame_into(self, timeout, sink):
+        """Like next_frame, but the data of an `object` frame goes straight
+        into the buffer `sink(tag, status, total, offset, n)` returns for it
+        (a writable memoryview of n bytes), with no copy on the way; then
+        the result is ("object", tag, status, total, offset, n). When sink
+        returns None, or for any other frame, the body (bytes) as
+        next_frame gives it. None at end-of-file, False on timeout."""
+        while True:
+            avail = len(self.buf) - self.pos
+            if avail >= 4:
+                (n,) = struct.unpack_from(">I", self.buf, self.pos)
+                if n > _MAX_FRAME:
+                    raise ValueError("frame of %d bytes from the worker" % n)
+                head = _object_head(self.buf, self.pos + 4, avail - 4, n)
+                if head is not _MORE:
+                    dest = sink(*head[:5]) if head is not None and head[4] > 0 else None
+                    if dest is not None:
+                        return self._object_into(n, head, dest)
+                    body = self._whole_frame()
+                    if body is not None:
+                        return body
+            self.flush()   # about to block: every answer goes out first
+            if self.pos:
+                del self.buf[:self.pos]
+                self.pos = 0
+            if timeout is not None:
+                ready, _, _ = select.select([self.fin], [], [], max(0.0, timeout))
+                if not ready:
+                    return False
+            want = 1 << 16
+            if len(self.buf) >= 4:
+                (n,) = struct.unpack_from(">I", self.buf, 0)
+                want = max(want, min(4 + n - len(self.buf), 16 << 20))
+            chunk = os.read(self.fin, want)
+            if not chunk:
+                if self.buf:
+                    raise EOFError("end-of-file inside a frame")
+                return None
+            self.buf += chunk
+
+    def _object_into(self, n, head, dest):
+        tag, status, total, offset, size, data_at = head
+        start = self.pos + 4 + data_at
+        have = min(len(self.buf) - start, size)
+        with memoryview(self.buf) as buffered:
+            dest[:have] = buffered[start:start + have]
+        self.pos = start + have
+        got = have
+        if got < size:   # the buffer is used up: the rest straight from the pipe
+            del self.buf[:]
+            self.pos = 0
+            self.flush()
+            while got < size:
+                k = os.readv(self.fin, [dest[got:]])
+                if k == 0:
+                    raise EOFError("end-of-file inside a frame")
+                got += k
+        trailer = n - data_at - size   # the error text ("" for data)
+        while len(self.buf) - self.pos < trailer:
+            chunk = os.read(self.fin, max(1 << 16, trailer))
+            if not chunk:
+                raise EOFError("end-of-file inside a frame")
+            self.buf += chunk
+        self.pos += trailer
+        return ("object", tag, status, total, offset, size)
+
+
+_MORE = object()
+_OBJECT_PREFIX = b"\x97\xa6object"
+_UINT_SIZES = {0xcc: 1, 0xcd: 2, 0xce: 4, 0xcf: 8}
+_BIN_SIZES = {0xc4: 1, 0xc5: 2, 0xc6: 4}
+
+
+def _object_head(buf, start, have, n):
+    """(tag, status, total, offset, data_len, data_at) of the `object`
+    frame whose body starts at buf[start] (`have` of its `n` bytes are
+    there; data_at counts from the body's start), None when the body is not
+    such a frame in the layout fleet-worker writes, _MORE when more bytes
+    are needed to tell."""
+    need = min(n, 64)
+    if have < need:
+        k = min(have, len(_OBJECT_PREFIX))
+        return _MORE if buf[start:start + k] == _OBJECT_PREFIX[:k] else None
+    if buf[start:start + len(_OBJECT_PREFIX)] != _OBJECT_PREFIX:
+        return None
+    i = start + len(_OBJECT_PREFIX)
+    end = start + need
+    fields = []
+    for _ in range(4):
+        if i >= end:
+            return None
+        b = buf[i]
+        if b <= 0x7f:
+            fields.append(b)
+            i += 1
+            continue
+        k = _UINT_SIZES.get(b)
+        if k is None or i + 1 + k > end:
+            return None
+        fields.append(int.from_bytes(buf[i + 1:i + 1 + k], "big"))
+        i += 1 + k
+    if i >= end:
+        return None
+    k = _BIN_SIZES.get(buf[i])
+    if k is None or i + 1 + k > end:
+        return None
+    size = int.from_bytes(buf[i + 1:i + 1 + k], "big")
+    data_at = i + 1 + k - start
+    if data_at + size > n:
+        return None
+    return (fields[0], fields[1], fields[2], fields[3], size, data_at)
+
+
+def _object_buffer(size):
+    """Room for an object of `size` bytes: anonymous memory with its pages
+    made at once (MAP_POPULATE: one system call instead of a page fault per
+    4 KiB, which costs 100 ms for 40 MB on a virtual machine), or a
+    bytearray where that is not available."""
+    flags = getattr(mmap, "MAP_POPULATE", None)
+    if size > 0 and flags is not None:
+        try:
+            return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | flags)
+        except (OSError, ValueError):
+            pass
+    return bytearray(size)
+
+
+class _Fetch:
+    """One object being fetched: its buffer, the chunks not asked for yet,
+    those to ask again (busy, unavailable), and what has arrived."""
+
+    def __init__(self, digest, size):
+        self.digest, self.size = digest, size
+        self.buf = _object_buffer(size)
+        self.view = memoryview(self.buf)
+        self.todo = collections.deque((off, min(size, off + _FETCH_CHUNK))
+                                      for off in range(0, size, _FETCH_CHUNK))
+        self.again = []   # (when, offset, end), in the order they came
+        self.out = 0      # requests of ours not answered
+        self.got = 0
+        self.last = time.monotonic()   # when data last came
+        self.error = None
+
+    def ask(self, pipes, limit):
+        """Sends gets while fewer than `limit` of ours, and fewer than the
+        worker's 16 in all, are out; True if it sent any."""
+        now = time.monotonic()
+        while self.again and self.again[0][0] <= now:
+            _, off, end = self.again.pop(0)
+            self.todo.appendleft((off, end))
+        sent = False
+        while self.todo and self.out < limit and len(_by_tag) < _MAX_GETS_OUT:
+            off, end = self.todo.popleft()
+            tag = next(_tags)
+            _by_tag[tag] = (self, off, end)
+            self.out += 1
+            pipes.send(["get", tag, self.digest, off, end - off])
+            sent = True
+        return sent
+
+
+_fetches = {}   # digest -> _Fetch under way for the running batch
+_by_tag = {}    # tag of a get not answered -> (_Fetch, offset, end)
+
+
+def _sink(tag, status, total, offset, n):
+    """Where the data of an `object` answer goes (its fetch's buffer), or
+    None when it is not good data for a request still out."""
+    entry = _by_tag.get(tag)
+    if entry is None or status != 0:
+        return None
+    f, off, end = entry
+    if total != f.size or offset != off or n > end - off:
+        return None
+    return f.view[offset:offset + n]
+
+
+def _on_object(tag, status, total, offset, n, data, error):
+    """An `object` answer: its data is in place (data None) or in `data`."""
+    entry = _by_tag.pop(tag, None)
+    if entry is None:
+        return   # a request of an earlier batch or a failed fetch
+    f, off, end = entry
+    f.out -= 1
+    if status == 0:
+        if total != f.size or offset != off or n > end - off or (n == 0 and off < end):
+            f.error = ObjectFetchError(
+                "bad_request", "the answer for bytes %d..%d of an object of %d is %d bytes at "
+                "%d of an object of %d" % (off, end, f.size, n, offset, total))
+            return
+        if data is not None:
+            f.view[off:off + n] = data
+        f.got += n
+        f.last = time.monotonic()
+        if off + n < end:   # shortened on the way: ask for the rest
+            f.todo.appendleft((off + n, end))
+    elif status in (_BUSY, _UNAVAILABLE):
+        f.again.append((time.monotonic() + _FETCH_RETRY_SECONDS, off, end))
+    elif f.error is None:
+        name = _STATUS_NAMES[status] if 0 <= status < len(_STATUS_NAMES) else str(status)
+        f.error = ObjectFetchError(name, error or name)
+
+
+def _can_fetch():
+    if _pipes is None or _current is None:
         raise ObjectFetchError("worker", "fetch_object() is only for a batch being run by serve()")
     if "objects" not in os.environ.get("FLEET_HANDLER_FEATURES", "").split(","):
         raise ObjectFetchError("worker", "this fleet-worker cannot fetch objects (it does not "
                                "set FLEET_HANDLER_FEATURES=objects): upgrade it")
-    buf = bytearray(size)
-    view = memoryview(buf)
-    todo = collections.deque((off, min(size, off + _FETCH_CHUNK))
-                             for off in range(0, size, _FETCH_CHUNK))
-    out = {}       # tag -> (offset, end)
-    again = []     # (when, offset, end): busy or unavailable, in the order they came
-    last = time.monotonic()
-    got = 0
-    while todo or out or again:
-        now = time.monotonic()
-        while again and again[0][0] <= now:
-            _, off, end = again.pop(0)
-            todo.appendleft((off, end))
-        sent = False
-        while todo and len(out) < _FETCH_WINDOW:
-            off, end = todo.popleft()
-            tag = next(_tags)
-            out[tag] = (off, end)
-            pipes.send(["get", tag, digest, off, end - off])
-            sent = True
-        if sent:
-            pipes.flush()
-        wait = last + timeout - now
-        if wait <= 0:
-            raise ObjectFetchError("timeout", "no data for %.0f s (%d of %d bytes arrived)"
-                                   % (timeout, got, size))
-        if again:
-            wait = min(wait, again[0][0] - now)
-        body = pipes.next_frame(wait)
-        if body is False:
-            continue
-        if body is None:
-            raise ObjectFetchError("worker", "the worker closed the pipe during a fetch")
-        msg = msgpack.unpackb(body, raw=False, unicode_errors="surrogateescape")
-        if not (isinstance(msg, list) and msg and isinstance(msg[0], str)):
-            raise ValueError("not a handler-protocol message: %r" % (msg,))
-        if msg[0] == "batch":
-            pipes.stash.append(body)   # with a depth: run it after this one
-            continue
-        if msg[0] != "object" or len(msg) < 7:
-            continue
-        tag, status, total, offset, data, error = msg[1:7]
-        r = out.pop(tag, None)
-        if r is None:
-            continue   # the answer to a request of an earlier, failed fetch
-        off, end = r
-        if status == 0:
-            n = len(data)
-            if total != size or offset != off or n > end - off or (n == 0 and off < end):
-                raise ObjectFetchError("bad_request", "the answer for bytes %d..%d of an object "
-                                       "of %d is %d bytes at %d of an object of %d"
-                                       % (off, end, size, n, offset, total))
-            view[off:off + n] = data
-            got += n
-            last = time.monotonic()
-            if off + n < end:   # shortened on the way: ask for the rest
-                todo.appendleft((off + n, end))
-        elif status in (_BUSY, _UNAVAILABLE):
-            again.append((now + _FETCH_RETRY_SECONDS, off, end))
-        else:
-            name = _STATUS_NAMES[status] if 0 <= status < len(_STATUS_NAMES) else str(status)
-            raise ObjectFetchError(name, error or name)
-    return buf
+
+
+def prefetch_objects(objects):
+    """Starts fetching `objects` ((digest, size) pairs) for the running
+    batch without waiting: as many requests as the worker takes at once go
+    out now, and the data waits in the worker and the pipe while the batch
+    does other things (imports, unpickling) until fetch_object() collects
+    it. Does nothing outside a batch or when the worker cannot fetch."""
+    try:
+        _can_fetch()
+    except ObjectFetchError:
+        return
+    sent = False
+    for digest, size in objects:
+        if digest not in _fetches and size > 0:
+            f = _fetches[digest] = _Fetch(digest, size)
+            sent = f.ask(_pipes, _PREFETCH) or sent
+    if sent:
+        _pipes.flush()
+
+
+def forget_fetches():
+    """The batch is over: fetches it started and did not collect are
+    dropped (answers still out are read and dropped when they come)."""
+    _fetches.clear()
+
+
+def fetch_object(digest, size, timeout=60.0):
+    """The `size` bytes of the object named `digest` (a writable buffer:
+    an anonymous mmap, or a bytearray), fetched through fleet-worker from
+    the producer of the batch being run, in chunks, two at a time (or
+    collected from prefetch_objects()). Raises ObjectFetchError when the
+    worker cannot fetch objects, a status other than busy/unavailable comes
+    back, or nothing arrives for `timeout` seconds. Call it only from
+    inside the function serve() runs (while a batch is running)."""
+    _can_fetch()
+    pipes = _pipes
+    f = _fetches.get(digest)
+    if f is None or f.size != size:
+        f = _fetches[digest] = _Fetch(digest, size)
+    f.last = time.monotonic()
+    try:
+        while f.got < size:
+            if f.error is not None:
+                raise f.error
+            if f.ask(pipes, _FETCH_WINDOW):
+                pipes.flush()
+            now = time.monotonic()
+            wait = f.last + timeout - now
+            if wait <= 0:
+                raise ObjectFetchError("timeout", "no data for %.0f s (%d of %d bytes arrived)"
+                                       % (timeout, f.got, size))
+            if f.again and not f.out:
+                wait = min(wait, max(0.0, f.again[0][0] - now))
+            body = pipes.next_frame_into(wait, _sink)
+            if body is False:
+                continue
+            if body is None:
+                raise ObjectFetchError("worker", "the worker closed the pipe during a fetch")
+            if isinstance(body, tuple):   # data already in place (_sink)
+                _on_object(body[1], body[2], body[3], body[4], body[5], None, None)
+                continue
+            msg = msgpack.unpackb(body, raw=False, unicode_errors="surrogateescape")
+            if not (isinstance(msg, list) and msg and isinstance(msg[0], str)):
+                raise ValueError("not a handler-protocol message: %r" % (msg,))
+            if msg[0] == "batch":
+                pipes.stash.append(body)   # with a depth: run it after this one
+            elif msg[0] == "object" and len(msg) >= 7:
+                tag, status, total, offset, data, error = msg[1:7]
+                _on_object(tag, status, total, offset, len(data) if status == 0 else 0,
+                           data, error)
+        if f.error is not None:
+            raise f.error
+        return f.buf
+    finally:
+        _fetches.pop(digest, None)
 
 
 def serve(fn, depth=1, _fds=None):
@@ -318,7 +533,9 @@ def _loop(fn, depth, pipes):
         if not (isinstance(msg, list) and msg and isinstance(msg[0], str)):
             raise ValueError("not a handler-protocol message: %r" % (msg,))
         if msg[0] != "batch":
-            if msg[0] != "object":   # objects: late answers of a failed fetch
+            if msg[0] == "object" and len(msg) > 1:   # a late answer: not waited for
+                _by_tag.pop(msg[1], None)
+            else:
                 print("fleet.serve: ignoring unknown message %r" % (msg[0],), file=sys.stderr)
             continue
         batch_id, payload, attempt, queue = msg[1], msg[2], msg[3], msg[4]

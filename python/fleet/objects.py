@@ -72,6 +72,8 @@ class Blob:
         self.refs = 0
 
     def read(self, offset, length):
+        """Bytes [offset, offset + length) (a bytes-like: bytes or a
+        memoryview)."""
         end = min(self.total, offset + length)
         if offset >= end:
             return b""
@@ -83,7 +85,38 @@ class Blob:
             parts.append(seg[offset - start:stop - start])
             offset = stop
             i += 1
-        return parts[0].tobytes() if len(parts) == 1 else b"".join(parts)
+        # A view when the chunk lies in one segment: the reply copies it once.
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+# A payload that names objects starts with a list of them, so the handler
+# can start fetching before it unpickles (imports take time): magic, u32
+# count, then per object its 32-byte digest and u64 size; then the pickle.
+NAMES_MAGIC = b"fon1"
+_NAME = struct.Struct("<%dsQ" % DIGEST_BYTES)
+
+
+def name_objects(payload, sizes):
+    """`payload` with the list of the objects it names in front (`sizes`:
+    digest -> size); unchanged when it names none."""
+    if not sizes:
+        return payload
+    return b"".join([NAMES_MAGIC, struct.pack("<I", len(sizes))] +
+                    [_NAME.pack(d, n) for d, n in sorted(sizes.items())] + [payload])
+
+
+def named_objects(payload):
+    """([(digest, size)], the pickle as a memoryview) of a payload."""
+    view = memoryview(payload)
+    if bytes(view[:4]) != NAMES_MAGIC:
+        return [], view
+    (count,) = struct.unpack_from("<I", view, 4)
+    pos = 8
+    names = []
+    for _ in range(count):
+        names.append(_NAME.unpack_from(view, pos))
+        pos += _NAME.size
+    return names, view[pos:]
 
 
 def encode(obj):
@@ -234,7 +267,7 @@ class Sharing:
                 if not grew:
                     break
             self.store.hold(p.used)
-            return payload, p.used
+            return name_objects(payload, p.sizes), p.used
 
     def close(self):
         """The Parallel call ended: its objects go once no batch needs them."""
@@ -264,6 +297,7 @@ def _pickler_class():
             super().__init__(self.file, protocol=pickle.HIGHEST_PROTOCOL)
             self.sharing = sharing
             self.used = set()
+            self.sizes = {}   # digest -> size of what it names
             np = sys.modules.get("numpy")
             self.ndarray = np.ndarray if np is not None else None
 
@@ -272,6 +306,7 @@ def _pickler_class():
             entry = sharing._memo.get(id(obj))
             if entry is not None:
                 self.used.add(entry[1][1])
+                self.sizes[entry[1][1]] = entry[1][2]
                 return entry[1]
             t = type(obj)
             if t is bytes or t is bytearray:
@@ -284,6 +319,7 @@ def _pickler_class():
                 return None
             pid = sharing._share(obj)
             self.used.add(pid[1])
+            self.sizes[pid[1]] = pid[2]
             return pid
 
     _PICKLER = _Pickler

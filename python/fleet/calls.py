@@ -135,6 +135,8 @@ def _load_object(pid):
     try:
         data = fetch_object(digest, size, timeout=OBJECT_TIMEOUT_SECONDS)
     except ObjectFetchError as exc:
+        if exc.status == "unknown_batch":
+            _not_ours_any_more(name, exc)
         raise ObjectError("object %s could not be fetched from the producer: %s"
                           % (name, exc)) from None
     h = objects.new_hash()
@@ -152,6 +154,25 @@ def _load_object(pid):
           % (name, time.monotonic() - started, _size_text(cache.bytes), _size_text(cache.cap)),
           file=sys.stderr, flush=True)
     return obj
+
+
+# The exit status that makes fleet-worker report the running batch as
+# "retry" (any exit does; this one says why in the worker's log).
+EXIT_NOT_OURS = 75
+
+
+def _not_ours_any_more(name, exc):
+    """The broker no longer counts the running batch as this worker's (it
+    was requeued: the worker's connection dropped meanwhile). A failure
+    reported now would still count, as the first result, for a call that
+    runs again elsewhere; exiting makes this attempt a retry, which the
+    broker ignores as the late answer of an earlier holder."""
+    from .handler import current_batch
+    batch = current_batch()
+    print("fleet.calls: batch %s is no longer this worker's (fetching object %s: %s); "
+          "exiting so that this attempt ends as a retry, not a failure"
+          % (batch[0] if batch else "?", name, exc.message), file=sys.stderr, flush=True)
+    os._exit(EXIT_NOT_OURS)
 
 
 def _size_text(n):

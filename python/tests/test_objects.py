@@ -152,6 +152,48 @@ def test_a_worker_killed_in_the_middle_of_a_fetch_costs_nothing_but_a_retry(flee
     assert stats["object_replies_dropped"] >= 1   # the answer meant for w1
 
 
+def test_a_worker_that_lost_its_batch_in_the_middle_of_a_fetch_retries_rather_than_fails(
+        fleet_env):
+    import signal
+    fleet_env.broker("--heartbeat-ms", "200")
+    w1 = fleet_env.handler_worker("w1", CALLS, "--heartbeat-ms", "200")
+    fleet_env.wait_workers(1)
+    X = np.random.default_rng(5).random((1500, 1000))
+    client = fleet.joblib._client_for(fleet_env.frontend, "default", None)
+    gate = _Gate(objects.STORE)
+    client.objects = gate
+    out = []
+
+    def run():
+        with joblib.parallel_backend("fleet", broker=fleet_env.frontend, max_workers=1):
+            out.extend(joblib.Parallel(n_jobs=1)([joblib.delayed(array_facts)(X, 3)]))
+
+    t = threading.Thread(target=run)
+    try:
+        t.start()
+        assert gate.reached.wait(30)
+        os.kill(w1.p.pid, signal.SIGSTOP)   # the worker, not its handler, which waits
+        wait_for(lambda: [w["id"] for w in fleet_env.workers()] == [],
+                 what="w1 declared dead and its batch requeued")
+        fleet_env.handler_worker("w2", CALLS, "--heartbeat-ms", "200")
+        fleet_env.wait_workers(1)
+        gate.go.set()
+        os.kill(w1.p.pid, signal.SIGCONT)
+        t.join(60)
+        # w1 comes back, its handler asks again for a batch it no longer
+        # holds, and ends the attempt as a retry (ignored by the broker).
+        wait_for(lambda: "no longer this worker's" in w1.text(), what="w1's handler to give up")
+    finally:
+        gate.go.set()
+        client.objects = None
+        os.kill(w1.p.pid, signal.SIGCONT)
+    assert not t.is_alive()
+    assert out[0][1] == pytest.approx(X[3].sum())   # from w2's run, not w1's failure
+    stats = broker_stats(fleet_env)
+    assert stats["completed_ok"] == 1 and stats["completed_failed"] == 0, stats
+    assert stats["object_requests"] > 0
+
+
 PRODUCER = r"""
 import sys, pickle, numpy as np, fleet
 from fleet import objects

@@ -158,6 +158,16 @@ class Procs:
         self.procs.append((p, out))
         return p
 
+    def autoscaler(self, ep, worker_args, idle_seconds):
+        """fleet-autoscaler --min 0 --max 2 with the process launcher,
+        scaling at once (no cooldown or stabilization, 100 ms poll)."""
+        return self.start("autoscaler", [
+            os.path.join(self.bin, "fleet-autoscaler"), "--control", ep["control"],
+            "--metrics-source", ep["metrics"], "--launcher", "process",
+            "--worker-args", worker_args, "--min", "0", "--max", "2",
+            "--idle-seconds", str(idle_seconds), "--cooldown-seconds", "0",
+            "--stabilization-seconds", "0", "--poll-ms", "100", "--metrics", "127.0.0.1:0"])
+
     def broker(self):
         ready = os.path.join(self.tmp, "broker.ready")
         if os.path.exists(ready):
@@ -262,12 +272,7 @@ def main():
         ep = procs.broker()
         worker_args = "--broker %s --concurrency 2 --handler process --exec %s" % (
             ep["backend"], shlex.quote(calls_cmd()))
-        procs.start("autoscaler", [
-            os.path.join(args.bin, "fleet-autoscaler"), "--control", ep["control"],
-            "--metrics-source", ep["metrics"], "--launcher", "process",
-            "--worker-args", worker_args, "--min", "0", "--max", "2",
-            "--idle-seconds", "1", "--cooldown-seconds", "0",
-            "--stabilization-seconds", "0", "--poll-ms", "100", "--metrics", "127.0.0.1:0"])
+        procs.autoscaler(ep, worker_args, idle_seconds=1)
         res["fleet_cold"] = child("fleet-cold", 600, reps=cold_reps, frontend=ep["frontend"],
                                   control=ep["control"])
         procs.stop_all()

@@ -610,8 +610,14 @@ void BrokerCore::DropWorker(Worker& w, std::string_view why, TimePoint now) {
   }
   std::vector<BatchSeq> held;
   held.swap(w.held);
-  // Its object requests have nobody to answer; late replies are dropped.
-  objects_.DropWorker(w.identity);
+  // Its object requests are answered now (the connection may still be
+  // there: a worker declared dead while stopped, or one that said BYE);
+  // late replies from producers are dropped.
+  const std::vector<PendingObject> pending = objects_.TakeWorker(w.identity);
+  if (!pending.empty()) {
+    FailObjects(pending, proto::ObjectStatus::kUnknownBatch,
+                "the worker no longer holds it (" + std::string(why) + ")", now);
+  }
   std::string id = w.id;
   workers_.Remove(id);  // `w` dangles from here on
   // Each goes back to the front of its queue: newest first, so that the

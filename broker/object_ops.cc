@@ -64,6 +64,8 @@ void BrokerCore::OnObjectGet(std::string_view identity, const proto::ObjectGet& 
   if (w == nullptr) {
     AnswerObject(identity, m.tag, m.offset, ObjectStatus::kUnknownBatch,
                  Why(m.batch_id, "this connection is not a registered worker"), now);
+    // As for a DONE or HEARTBEAT from it: it learns that it must register.
+    Send(Socket::kBackend, identity, proto::Reset{"unknown worker: send HELLO"});
     return;
   }
   w->last_seen = now;
@@ -80,10 +82,10 @@ void BrokerCore::OnObjectGet(std::string_view identity, const proto::ObjectGet& 
                  Why(m.batch_id, "this worker does not hold the batch"), now);
     return;
   }
-  if (!objects_.HasRoom(identity)) {
+  if (!objects_.HasRoom(identity, w->slots)) {
     AnswerObject(identity, m.tag, m.offset, ObjectStatus::kBusy,
-                 Why(m.batch_id, "too many object requests pending (16 per worker, 1024 in "
-                                 "all): ask again later"),
+                 Why(m.batch_id, "too many object requests pending (16 per slot of the worker, "
+                                 "1024 in all): ask again later"),
                  now);
     return;
   }

@@ -4,10 +4,10 @@
 
 namespace fleet::broker {
 
-bool ObjectTable::HasRoom(std::string_view worker) const {
+bool ObjectTable::HasRoom(std::string_view worker, std::uint32_t slots) const {
   if (by_token_.size() >= kMaxTotal) return false;
   auto it = per_worker_.find(worker);
-  return it == per_worker_.end() || it->second < kMaxPerWorker;
+  return it == per_worker_.end() || it->second < kMaxPerSlot * std::max<std::uint32_t>(slots, 1);
 }
 
 std::uint64_t ObjectTable::Add(PendingObject p) {
@@ -69,9 +69,9 @@ std::vector<PendingObject> ObjectTable::TakeOwnedBy(std::string_view owner) {
   return TakeIf([owner](const PendingObject& p) { return p.owner == owner; });
 }
 
-std::size_t ObjectTable::DropWorker(std::string_view worker) {
-  if (per_worker_.find(worker) == per_worker_.end()) return 0;
-  return TakeIf([worker](const PendingObject& p) { return p.worker == worker; }).size();
+std::vector<PendingObject> ObjectTable::TakeWorker(std::string_view worker) {
+  if (per_worker_.find(worker) == per_worker_.end()) return {};
+  return TakeIf([worker](const PendingObject& p) { return p.worker == worker; });
 }
 
 }  // namespace fleet::broker

@@ -4,7 +4,7 @@
 // asked (the batch's owner), and until when it waits.
 //
 // Pure state: callers pass `now`. Not thread-safe; the broker loop owns it.
-// Bounded: kMaxPerWorker entries per worker connection, kMaxTotal in all.
+// Bounded: kMaxPerSlot entries per slot of a worker, kMaxTotal in all.
 #pragma once
 
 #include <cstdint>
@@ -30,13 +30,15 @@ struct PendingObject {
 
 class ObjectTable {
  public:
-  static constexpr std::size_t kMaxPerWorker = 16;
+  static constexpr std::size_t kMaxPerSlot = 16;
   static constexpr std::size_t kMaxTotal = 1024;
 
-  // True when `worker` may have one more request pending.
-  bool HasRoom(std::string_view worker) const;
+  // True when `worker`, which runs `slots` batches at once, may have one
+  // more request pending: kMaxPerSlot per slot (one handler each), and
+  // kMaxTotal in all.
+  bool HasRoom(std::string_view worker, std::uint32_t slots) const;
   // Records a request; returns its token (never 0, never reused).
-  // Requires: HasRoom(p.worker).
+  // Requires: HasRoom(p.worker, its slots).
   std::uint64_t Add(PendingObject p);
   // Takes the entry of `token` out, if there is one.
   bool Take(std::uint64_t token, PendingObject* out);
@@ -46,9 +48,9 @@ class ObjectTable {
   std::vector<PendingObject> TakeExpired(TimePoint now);
   // Takes out every entry asked of `owner`.
   std::vector<PendingObject> TakeOwnedBy(std::string_view owner);
-  // Forgets every entry of the worker connection `worker` (gone: nobody to
-  // answer). Their late replies are dropped as unknown tokens.
-  std::size_t DropWorker(std::string_view worker);
+  // Takes out every entry of the worker connection `worker` (its worker
+  // was removed). Their late replies are dropped as unknown tokens.
+  std::vector<PendingObject> TakeWorker(std::string_view worker);
 
   std::size_t size() const { return by_token_.size(); }
 

@@ -831,9 +831,18 @@ ProcessHandler::Step ProcessHandler::Advance(Child& c, Timeout timeout,
       c.backoff = options_.backoff_initial;  // it works: a next failure restarts it soon
     }
   }
-  // Bytes after its last answer stay: AcquireIdleLocked refuses them.
   c.out_buf.erase(0, at);
   if (broken) return Step::kBroken;
+  if (c.inflight.empty() && !c.out_buf.empty()) {
+    // It wrote after its last answer (a `get` too late, say): it holds no
+    // batch, so that breaks the protocol; restarted now, its answers kept.
+    std::lock_guard<std::mutex> lock(mu_);
+    spdlog::warn("{} slot {}: protocol error: wrote to stdout after answering its last batch; "
+                 "restarting it",
+                 kind_, c.slot);
+    KillLocked(c, "protocol error: wrote to stdout while it held no batch");
+    return Step::kAnswered;
+  }
   // Answers to its gets made just now go out at once (a failed write shows
   // as the end of its stdout).
   if (c.wpos < c.wbuf.size()) {
@@ -1086,22 +1095,23 @@ void ProcessHandler::TakeObjectGets(std::vector<ObjectGetOut>* out) {
   out->swap(new_gets_);
 }
 
-bool ProcessHandler::DeliverObject(std::uint64_t tag, std::uint32_t status, std::uint64_t total,
-                                   std::uint64_t offset, std::string_view data,
-                                   std::string_view error) {
+ProcessHandler::Delivery ProcessHandler::DeliverObject(std::uint64_t tag, std::uint32_t status,
+                                                       std::uint64_t total, std::uint64_t offset,
+                                                       std::string_view data,
+                                                       std::string_view error) {
   const auto it = gets_.find(tag);
-  if (it == gets_.end()) return false;
+  if (it == gets_.end()) return Delivery::kUnknown;
   const PendingGet get = it->second;
   gets_.erase(it);
   Child& c = *get.child;
   std::lock_guard<std::mutex> lock(mu_);
   // A restarted handler gets no answer to its last process's requests.
-  if (c.generation != get.generation) return true;
+  if (c.generation != get.generation) return Delivery::kStale;
   if (c.gets_out > 0) --c.gets_out;
   // A busy process's stdin is the loop's (polled for writing while frames
   // wait); an idle one takes what it can now, the rest before its next
   // batch. A failed one is on its way out.
-  if (c.state != Child::State::kBusy && c.state != Child::State::kIdle) return true;
+  if (c.state != Child::State::kBusy && c.state != Child::State::kIdle) return Delivery::kStale;
   const std::size_t before = c.wbuf.size();
   frames::AppendObject(&c.wbuf, get.handler_tag, status, total, offset, data, error);
   c.queued_bytes += c.wbuf.size() - before;
@@ -1109,7 +1119,7 @@ bool ProcessHandler::DeliverObject(std::uint64_t tag, std::uint32_t status, std:
     std::string ignored;
     Flush(c, &ignored);
   }
-  return true;
+  return Delivery::kDelivered;
 }
 
 void ProcessHandler::FailObjectGets(std::uint32_t status, std::string_view error) {

@@ -131,10 +131,12 @@ class ProcessHandler : public Handler {
   void TakeObjectGets(std::vector<ObjectGetOut>* out);
   bool has_object_gets() const { return !new_gets_.empty(); }
   // The answer to the get `tag` names, passed on to the handler that asked
-  // (as its own tag) unless it was restarted since. False when no get is
-  // out with that tag (answered already, or never ours).
-  bool DeliverObject(std::uint64_t tag, std::uint32_t status, std::uint64_t total,
-                     std::uint64_t offset, std::string_view data, std::string_view error);
+  // (as its own tag): kDelivered; kStale when that handler was restarted
+  // (or is failing) since, and nobody gets it; kUnknown when no get is out
+  // with that tag (answered already, or never ours).
+  enum class Delivery { kDelivered, kStale, kUnknown };
+  Delivery DeliverObject(std::uint64_t tag, std::uint32_t status, std::uint64_t total,
+                         std::uint64_t offset, std::string_view data, std::string_view error);
   // Answers every get still out with `status` and `error` (the worker's
   // connection was replaced: the broker forgot them).
   void FailObjectGets(std::uint32_t status, std::string_view error);

@@ -426,10 +426,13 @@ void Worker::HandleMessage(const proto::Message& message, TimePoint now) {
                    proto::ErrorCodeName(m->code), m->message);
     }
   } else if (const auto* m = std::get_if<proto::ObjectData>(&message)) {
-    if (process_ != nullptr &&
-        process_->DeliverObject(m->tag, m->status, m->total, m->offset, m->data, m->error)) {
+    const auto delivery =
+        process_ != nullptr
+            ? process_->DeliverObject(m->tag, m->status, m->total, m->offset, m->data, m->error)
+            : ProcessHandler::Delivery::kUnknown;
+    if (delivery == ProcessHandler::Delivery::kDelivered) {
       if (metrics_) metrics_->OnObjectBytes(m->data.size());
-    } else {
+    } else if (delivery == ProcessHandler::Delivery::kUnknown) {
       spdlog::debug("worker {}: OBJECT_DATA for tag {}, which no handler waits for; dropped",
                     options_.id, m->tag);
       if (metrics_) metrics_->OnObjectDataDropped();

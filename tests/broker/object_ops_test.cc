@@ -77,6 +77,8 @@ class ObjectOpsTest : public ::testing::Test {
         answers_[f.identity].push_back({o->tag, static_cast<ObjectStatus>(o->status), o->total,
                                         o->offset, std::string(o->data),
                                         std::string(o->error)});
+      } else if (std::holds_alternative<proto::Reset>(*d.message)) {
+        ++resets_[f.identity];
       }
     }
     core_->outbox().clear();
@@ -90,6 +92,7 @@ class ObjectOpsTest : public ::testing::Test {
   std::unique_ptr<BrokerCore> core_;
   std::map<std::string, std::vector<Request>> requests_;
   std::map<std::string, std::vector<Data>> answers_;
+  std::map<std::string, int> resets_;
 };
 
 TEST_F(ObjectOpsTest, AskingWorkersGetOnlyTheirBatchsProducersChunks) {
@@ -153,9 +156,18 @@ TEST_F(ObjectOpsTest, RefusesAtOnceWhatItCannotPassOn) {
   EXPECT_EQ(answers_["W"].back().status, ObjectStatus::kUnknownBatch);
 }
 
-TEST_F(ObjectOpsTest, SixteenPendingPerWorkerAndTenTwentyFourInAll) {
+TEST_F(ObjectOpsTest, AWorkerOfTwoSlotsMayHaveThirtyTwoPending) {
+  Running("P", "W", {"b1", "b2"});
+  for (std::uint64_t t = 0; t < 2 * ObjectTable::kMaxPerSlot; ++t) Get("W", t, t % 2 ? "b1" : "b2");
+  EXPECT_TRUE(answers_["W"].empty());
+  Get("W", 99, "b1");
+  ASSERT_EQ(answers_["W"].size(), 1u);
+  EXPECT_EQ(answers_["W"][0].status, ObjectStatus::kBusy);
+}
+
+TEST_F(ObjectOpsTest, SixteenPendingPerSlotAndTenTwentyFourInAll) {
   Running("P", "W", {"b1"});
-  for (std::uint64_t t = 0; t < ObjectTable::kMaxPerWorker; ++t) Get("W", t, "b1");
+  for (std::uint64_t t = 0; t < ObjectTable::kMaxPerSlot; ++t) Get("W", t, "b1");
   EXPECT_TRUE(answers_["W"].empty());
   Get("W", 99, "b1");
   ASSERT_EQ(answers_["W"].size(), 1u);
@@ -163,13 +175,13 @@ TEST_F(ObjectOpsTest, SixteenPendingPerWorkerAndTenTwentyFourInAll) {
   // An answer frees a place.
   Reply("P", requests_["P"][0].token, ObjectStatus::kOk, 1, "x");
   Get("W", 100, "b1");
-  EXPECT_EQ(requests_["P"].size(), ObjectTable::kMaxPerWorker + 1);
+  EXPECT_EQ(requests_["P"].size(), ObjectTable::kMaxPerSlot + 1);
 
   // 64 more workers fill the broker's 1024 (W holds 16 already).
   for (int i = 0; i < 63; ++i) {
     const std::string w = "w" + std::to_string(i), b = "c" + std::to_string(i);
     Running("P", w, {b});
-    for (std::uint64_t t = 0; t < ObjectTable::kMaxPerWorker; ++t) Get(w, t, b);
+    for (std::uint64_t t = 0; t < ObjectTable::kMaxPerSlot; ++t) Get(w, t, b);
   }
   EXPECT_EQ(core_->objects().size(), ObjectTable::kMaxTotal);
   Running("P", "last", {"z"});
@@ -272,15 +284,25 @@ TEST_F(ObjectOpsTest, OnlyTheOwnersConnectionIsHeardAndBadRepliesAreBadRequests)
   EXPECT_EQ(answers_["W"][4].data, "abc");
 }
 
-TEST_F(ObjectOpsTest, AWorkerThatLeavesTakesItsRequestsWithIt) {
+TEST_F(ObjectOpsTest, AWorkerThatLeavesHasItsRequestsAnsweredAndTheirRepliesDropped) {
   Running("P", "W", {"b1"});
   Get("W", 1, "b1");
   core_->OnMessage(Socket::kBackend, "W", proto::Bye{}, clock_.Now());
   Collect();
   EXPECT_EQ(core_->objects().size(), 0u);
+  // Answered at once: exactly one answer per request while connected.
+  ASSERT_EQ(answers_["W"].size(), 1u);
+  EXPECT_EQ(answers_["W"][0].status, ObjectStatus::kUnknownBatch);
   Reply("P", requests_["P"].at(0).token, ObjectStatus::kOk, 1, "x");
-  EXPECT_TRUE(answers_["W"].empty());
+  EXPECT_EQ(answers_["W"].size(), 1u);
   EXPECT_EQ(core_->counters().object_replies_dropped, 1u);
+}
+
+TEST_F(ObjectOpsTest, AGetFromAnUnregisteredConnectionIsRefusedAndReset) {
+  Get("stranger", 5, "b1");
+  ASSERT_EQ(answers_["stranger"].size(), 1u);
+  EXPECT_EQ(answers_["stranger"][0].status, ObjectStatus::kUnknownBatch);
+  EXPECT_EQ(resets_["stranger"], 1);
 }
 
 TEST_F(ObjectOpsTest, ProducersAreAskedOnTheFrontendAndWorkersOnlyAnswerOnTheBackend) {

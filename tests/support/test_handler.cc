@@ -21,6 +21,10 @@
 //                   statuses in the order asked ("0,0,4")
 //   badget          a get with an empty digest: answer ok with its status
 //   getkill:HEX     send a get for HEX, then SIGKILL itself
+//   lateget         answer ok "", then send a get (after its last answer)
+//
+// The object verbs read `object` frames until theirs comes and drop any
+// other frame, so use them with a depth of 1.
 //
 // Flags: --ready-when FILE (say ready once FILE exists, polling every 10 ms;
 // a FILE ending in "-" gets the slot number appended: one file per slot),
@@ -210,6 +214,10 @@ int main(int argc, char** argv) {
     }
     out.clear();
     bool quick = false;  // an echo: its answer may wait for the next one's
+    if (verb == "fetch" || verb == "gets" || verb == "badget" || verb == "getkill") {
+      WriteAll(answers);  // a get is made for the oldest batch not answered
+      answers.clear();
+    }
     if (verb == "sleep") {
       std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(arg.c_str())));
       frames::AppendOk(&out, id, "");
@@ -298,6 +306,9 @@ int main(int argc, char** argv) {
       frames::AppendGet(&get, next_tag++, FromHex(arg), 0, 1);
       WriteAll(get);
       ::kill(::getpid(), SIGKILL);
+    } else if (verb == "lateget") {
+      frames::AppendOk(&out, id, "");
+      frames::AppendGet(&out, next_tag++, "late", 0, 1);
     } else if (verb == "again") {
       frames::AppendOk(&out, id, "again");
     } else {

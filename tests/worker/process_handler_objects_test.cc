@@ -161,8 +161,9 @@ TEST(ProcessHandlerObjectsTest, BadAndExcessGetsAreAnsweredAtOnceWithoutReaching
   EXPECT_EQ(got.at("bad").result(), "6");  // bad_request
   EXPECT_EQ(loop.gets.size(), 16u);
   // An answer for a tag that is not out is refused for the caller to count.
-  EXPECT_FALSE(h->DeliverObject(loop.gets[0].tag, kOk, 1, 0, "x", {}));
-  EXPECT_FALSE(h->DeliverObject(999999, kOk, 1, 0, "x", {}));
+  EXPECT_EQ(h->DeliverObject(loop.gets[0].tag, kOk, 1, 0, "x", {}),
+            ProcessHandler::Delivery::kUnknown);
+  EXPECT_EQ(h->DeliverObject(999999, kOk, 1, 0, "x", {}), ProcessHandler::Delivery::kUnknown);
 }
 
 TEST(ProcessHandlerObjectsTest, GetsOutWhenTheConnectionIsReplacedAreAnsweredUnavailable) {
@@ -212,13 +213,25 @@ TEST(ProcessHandlerObjectsTest, AHandlerKilledDuringAFetchIsRestartedAndGetsNoSt
   ASSERT_TRUE(WaitFor([&] { return h->starts() == 2 && h->ready_slots() == 1; }, seconds(20)));
   // The late answer is taken (the tag was ours) and not written to the new
   // process, which runs the next batch as if nothing happened.
-  EXPECT_TRUE(h->DeliverObject(loop.held[0].tag, kOk, 1, 0, "y", {}));
+  EXPECT_EQ(h->DeliverObject(loop.held[0].tag, kOk, 1, 0, "y", {}),
+            ProcessHandler::Delivery::kStale);
   loop.hold = false;
   loop.objects["\x0c"] = "fresh";
   auto next = loop.Run({MakeTask("n", "fetch:0c:3")}, 1);
   ASSERT_TRUE(next.at("n").ok()) << next.at("n").error();
   EXPECT_EQ(next.at("n").result(), "fresh");
   EXPECT_EQ(h->starts(), 2);
+}
+
+TEST(ProcessHandlerObjectsTest, AGetAfterTheLastAnswerRestartsTheHandlerButKeepsTheAnswer) {
+  auto h = Make(1);
+  ASSERT_TRUE(WaitFor([&] { return h->ready_slots() == 1; }, seconds(20)));
+  Loop loop{*h};
+  auto got = loop.Run({MakeTask("l", "lateget")}, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got.at("l").ok()) << got.at("l").error();
+  EXPECT_TRUE(loop.gets.empty());  // not relayed: it held no batch
+  ASSERT_TRUE(WaitFor([&] { return h->starts() == 2 && h->ready_slots() == 1; }, seconds(20)));
 }
 
 TEST(ProcessHandlerObjectsTest, AGetToAWorkerWithoutObjectsIsAProtocolError) {

@@ -749,6 +749,7 @@ ProcessHandler::Step ProcessHandler::Advance(Child& c, Timeout timeout,
                                              std::vector<Answer>* answers,
                                              std::string* failure, bool loop) {
   if (!Flush(c, failure)) return Step::kBroken;
+  const std::uint64_t queued_before = c.queued_bytes;  // answers to gets come after
   // Whatever it wrote, also while frames are still going in, so a handler
   // that writes before it reads cannot deadlock us.
   std::string ended;  // why its stdout ended, if it did
@@ -845,7 +846,7 @@ ProcessHandler::Step ProcessHandler::Advance(Child& c, Timeout timeout,
   }
   // Answers to its gets made just now go out at once (a failed write shows
   // as the end of its stdout).
-  if (c.wpos < c.wbuf.size()) {
+  if (c.queued_bytes != queued_before && c.wpos < c.wbuf.size()) {
     std::string ignored;
     Flush(c, &ignored);
   }

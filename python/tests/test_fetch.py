@@ -113,6 +113,7 @@ def test_a_payload_lists_the_objects_it_names_in_front():
     import numpy as np
     X = np.arange(300000, dtype=np.float64)
     sharing = objects.Sharing(threshold=1 << 20)
+    used = ()
     try:
         payload, used = sharing.dumps(("calls", [(len, (X,), {})], None, None))
         names, pickled = objects.named_objects(payload)
@@ -120,4 +121,6 @@ def test_a_payload_lists_the_objects_it_names_in_front():
         assert names[0][1] == objects.STORE._blobs[names[0][0]].total
         assert objects.named_objects(b"\x80\x05plain")[0] == []
     finally:
+        objects.STORE.release(used)   # the hold a submitted batch would drop
         sharing.close()
+    assert len(objects.STORE) == 0

@@ -320,7 +320,7 @@ int Latency(const FleetOptions& o, double rate, double seconds, std::size_t per_
   return lat.size() == total && failed == 0 ? 0 : 1;
 }
 
-int Memory(std::uint64_t batches, std::size_t size, int idle_workers) {
+int Memory(std::uint64_t batches, std::size_t size, int idle_workers, double idle_seconds) {
   json r = {{"system", "fleet"}, {"bench", "memory"}, {"size", size}, {"batches", batches}};
   {
     Cluster c;
@@ -379,11 +379,20 @@ int Memory(std::uint64_t batches, std::size_t size, int idle_workers) {
       throw std::runtime_error("idle workers did not all register");
     }
     const std::uint64_t after = fleet::bench::RssBytes(c.broker().pid());
+    // What the idle fleet costs the broker: every worker heartbeats once
+    // per --heartbeat-ms (1 s) and is answered; nothing else happens.
+    const double cpu0 = fleet::bench::CpuSeconds(c.broker().pid());
+    std::this_thread::sleep_for(std::chrono::duration<double>(idle_seconds));
+    const double idle_cpu = fleet::bench::CpuSeconds(c.broker().pid()) - cpu0;
     r.update({{"workers", idle_workers},
               {"rss_no_workers_bytes", before},
               {"rss_workers_bytes", after},
               {"bytes_per_worker",
-               static_cast<double>(after - before) / static_cast<double>(idle_workers)}});
+               static_cast<double>(after - before) / static_cast<double>(idle_workers)},
+              {"idle_seconds", idle_seconds},
+              {"broker_idle_cpu_percent", 100.0 * idle_cpu / idle_seconds},
+              {"broker_cpu_us_per_worker_heartbeat",
+               1e6 * idle_cpu / (idle_seconds * static_cast<double>(idle_workers))}});
   }
   PrintResult(r);
   return 0;
@@ -479,6 +488,7 @@ int main(int argc, char** argv) {
   double rate = 1000, seconds = 5;
   std::uint64_t batches = 1'000'000;
   int idle_workers = 200, decision_workers = 1000, rounds = 200;
+  double idle_seconds = 5;
 
   auto* tp = app.add_subcommand("throughput", "batches/s with a large window");
   AddFleetOptions(tp, fo);
@@ -500,6 +510,10 @@ int main(int argc, char** argv) {
   mem->add_option("--size", fo.size, "payload bytes")->capture_default_str();
   mem->add_option("--workers", idle_workers, "idle workers connected (0: skip)")
       ->capture_default_str();
+  mem->add_option("--idle-seconds", idle_seconds,
+                  "how long the broker's CPU is measured with the idle workers connected")
+      ->capture_default_str()
+      ->check(CLI::Range(0.5, 600.0));
 
   auto* dec = app.add_subcommand("decision", "autoscaler cost per poll");
   dec->add_option("--workers", decision_workers, "workers' series on the page")
@@ -515,7 +529,7 @@ int main(int argc, char** argv) {
     }
     if (*tp) return Throughput(fo, po);
     if (*lt) return Latency(fo, rate, seconds, po.per_message);
-    if (*mem) return Memory(batches, fo.size, idle_workers);
+    if (*mem) return Memory(batches, fo.size, idle_workers, idle_seconds);
     if (*dec) return Decision(decision_workers, rounds);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fleet-bench: %s\n", e.what());

@@ -176,7 +176,7 @@ def main():
     S = {
         "full": dict(count=200000, count_10k=40000, peer_count=10000, peer_count_10k=5000,
                      lat_seconds=5, peer_lat_seconds=5, sleep_seconds=5, mem_batches=1000000,
-                     mem_workers=200, decision_rounds=200, worker_counts=[1, 2, 4, 8],
+                     mem_workers=500, decision_rounds=200, worker_counts=[1, 2, 4, 8],
                      durable_count=100000, handler_counts=(200000, 100000, 100000, 50000, 100000, 4000),
                      scaling=[]),
         "quick": dict(count=50000, count_10k=10000, peer_count=3000, peer_count_10k=1000,
@@ -408,7 +408,10 @@ def main():
              f"beyond its 100 B payload ({memory['batches']} queued, RSS "
              f"{memory['rss_queued_bytes'] / 2**20:.0f} MiB); "
              f"{memory.get('bytes_per_worker', 0) / 1024:.1f} KiB per connected worker "
-             f"({memory.get('workers', 0)} workers)")
+             f"({memory.get('workers', 0)} workers; idle, with their heartbeats, the broker "
+             f"uses {memory.get('broker_idle_cpu_percent', 0):.1f}% of a core, "
+             f"{memory.get('broker_cpu_us_per_worker_heartbeat', 0):.1f} us per worker "
+             f"heartbeat)")
     if decision:
         line(f"Autoscaler poll with 1000 workers' series ({decision['page_bytes'] / 1024:.0f} KiB "
              f"page): p50 {fmt_us(decision['p50_us'])}, p99 {fmt_us(decision['p99_us'])}")

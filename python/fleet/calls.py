@@ -3,7 +3,10 @@
     fleet-worker --handler process --exec "python3 -m fleet.calls"
 
 A batch's payload is a pickle (made with cloudpickle, so functions defined
-in __main__, closures and lambdas travel by value) of one of:
+in __main__, closures and lambdas travel by value), preceded, when it names
+shared objects, by their list (fleet.objects.name_objects: b"fon1", a u32
+count, then each object's 32-byte digest and u64 size, little-endian), of
+one of:
 
 - ("calls", [(func, args, kwargs), ...], nested, n_jobs): run each call in
   order and answer the list of their values (what fleet.joblib sends for
@@ -30,7 +33,11 @@ checks its digest and keeps it in a cache of --cache-mb (least recently
 used out first, never one the running call uses), so later calls on this
 handler find it. An object larger than the whole cache, one that cannot be
 fetched (its producer is gone, ...) or whose bytes do not match its digest
-fails the call with an ObjectError that says so.
+fails the call with an ObjectError that says so. The objects the payload
+lists start arriving (4 chunks each) while the pickle is being loaded. When
+the broker says the running batch is no longer this worker's
+(unknown_batch: it was requeued while the worker's connection was down),
+the handler exits with status 75 so the attempt ends as a retry.
 
 Start-up is kept short (a worker started from zero by the autoscaler waits
 for it): this module imports neither joblib nor cloudpickle unless a batch

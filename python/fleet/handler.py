@@ -172,13 +172,33 @@ class _Pipes:
             return self.stash.popleft()
         return self.next_frame()
 
-    def next_frame(self, timeout=None):
+    def next_frame(self, timeout=None, sink=None):
         """The next frame's body from the pipe (not the stash); None at
-        end-of-file; False when `timeout` seconds pass first."""
+        end-of-file; False when `timeout` seconds pass first. With `sink`,
+        the data of an `object` frame goes straight into the buffer
+        `sink(tag, status, total, offset, n)` returns for it (a writable
+        memoryview of n bytes), with no copy on the way, and the result is
+        ("object", tag, status, total, offset, n); when sink returns None,
+        the body as for any other frame."""
         while True:
-            body = self._whole_frame()
-            if body is not None:
-                return body
+            avail = len(self.buf) - self.pos
+            if sink is not None and avail >= 4:
+                (n,) = struct.unpack_from(">I", self.buf, self.pos)
+                if n > _MAX_FRAME:
+                    raise ValueError("frame of %d bytes from the worker" % n)
+                head = _object_head(self.buf, self.pos + 4, avail - 4, n)
+                if head is not _MORE and head is not None and head[4] > 0:
+                    dest = sink(*head[:5])
+                    if dest is not None:
+                        return self._object_into(n, head, dest)
+                if head is not _MORE:
+                    body = self._whole_frame()
+                    if body is not None:
+                        return body
+            elif sink is None:
+                body = self._whole_frame()
+                if body is not None:
+                    return body
             self.flush()   # about to block: every answer goes out first
             if self.pos:
                 del self.buf[:self.pos]
@@ -189,47 +209,6 @@ class _Pipes:
                     return False
             want = 1 << 16
             if len(self.buf) >= 4:   # the rest of a large frame in few reads
-                (n,) = struct.unpack_from(">I", self.buf, 0)
-                want = max(want, min(4 + n - len(self.buf), 16 << 20))
-            chunk = os.read(self.fin, want)
-            if not chunk:
-                if self.buf:
-                    raise EOFError("end-of-file inside a frame")
-                return None
-            self.buf += chunk
-
-
-    def next_frame_into(self, timeout, sink):
-        """Like next_frame, but the data of an `object` frame goes straight
-        into the buffer `sink(tag, status, total, offset, n)` returns for it
-        (a writable memoryview of n bytes), with no copy on the way; then
-        the result is ("object", tag, status, total, offset, n). When sink
-        returns None, or for any other frame, the body (bytes) as
-        next_frame gives it. None at end-of-file, False on timeout."""
-        while True:
-            avail = len(self.buf) - self.pos
-            if avail >= 4:
-                (n,) = struct.unpack_from(">I", self.buf, self.pos)
-                if n > _MAX_FRAME:
-                    raise ValueError("frame of %d bytes from the worker" % n)
-                head = _object_head(self.buf, self.pos + 4, avail - 4, n)
-                if head is not _MORE:
-                    dest = sink(*head[:5]) if head is not None and head[4] > 0 else None
-                    if dest is not None:
-                        return self._object_into(n, head, dest)
-                    body = self._whole_frame()
-                    if body is not None:
-                        return body
-            self.flush()   # about to block: every answer goes out first
-            if self.pos:
-                del self.buf[:self.pos]
-                self.pos = 0
-            if timeout is not None:
-                ready, _, _ = select.select([self.fin], [], [], max(0.0, timeout))
-                if not ready:
-                    return False
-            want = 1 << 16
-            if len(self.buf) >= 4:
                 (n,) = struct.unpack_from(">I", self.buf, 0)
                 want = max(want, min(4 + n - len(self.buf), 16 << 20))
             chunk = os.read(self.fin, want)
@@ -462,7 +441,7 @@ def fetch_object(digest, size, timeout=60.0):
                                        % (timeout, f.got, size))
             if f.again and not f.out:
                 wait = min(wait, max(0.0, f.again[0][0] - now))
-            body = pipes.next_frame_into(wait, _sink)
+            body = pipes.next_frame(wait, _sink)
             if body is False:
                 continue
             if body is None:

@@ -110,6 +110,19 @@ class Fleet:
         return self.start("worker-" + wid, [BIN / "fleet-worker", "--broker", self.backend,
                                             "--id", wid, *args])
 
+    def calls_autoscaler(self, max_workers):
+        """fleet-autoscaler at --min 0 whose process launcher starts workers
+        running `python -m fleet.calls` (200 ms heartbeats), scaling at once:
+        no cooldown or stabilization, 1 s idle, 100 ms poll."""
+        worker_args = ("--broker %s --handler process --exec '%s -m fleet.calls' "
+                       "--heartbeat-ms 200" % (self.backend, PYTHON))
+        return self.start("autoscaler", [
+            BIN / "fleet-autoscaler", "--control", self.control,
+            "--metrics-source", self.metrics, "--launcher", "process",
+            "--worker-args", worker_args, "--min", "0", "--max", str(max_workers),
+            "--idle-seconds", "1", "--cooldown-seconds", "0", "--stabilization-seconds", "0",
+            "--poll-ms", "100", "--metrics", "127.0.0.1:0"])
+
     def handler_worker(self, wid, handler_cmd, *args):
         """A fleet-worker running `python -m ...` as its persistent handler."""
         cmd = " ".join([shlex.quote(PYTHON)] + handler_cmd)

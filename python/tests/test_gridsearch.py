@@ -7,7 +7,7 @@ import json
 import subprocess
 
 from fleet import control
-from conftest import BIN, PYTHON, ROOT, wait_for
+from conftest import PYTHON, ROOT, wait_for
 
 EXAMPLE = ROOT / "docs" / "examples" / "gridsearch.py"
 
@@ -21,14 +21,7 @@ def run_example(env, *args):
 
 def test_gridsearch_from_zero_workers_matches_loky_and_ships_x_once_per_worker(fleet_env):
     fleet_env.broker("--heartbeat-ms", "200", "--retire-linger-ms", "100")
-    worker_args = ("--broker %s --handler process --exec '%s -m fleet.calls' "
-                   "--heartbeat-ms 200" % (fleet_env.backend, PYTHON))
-    fleet_env.start("autoscaler", [
-        BIN / "fleet-autoscaler", "--control", fleet_env.control,
-        "--metrics-source", fleet_env.metrics, "--launcher", "process",
-        "--worker-args", worker_args, "--min", "0", "--max", "2",
-        "--idle-seconds", "1", "--cooldown-seconds", "0", "--stabilization-seconds", "0",
-        "--poll-ms", "100", "--metrics", "127.0.0.1:0"])
+    fleet_env.calls_autoscaler(max_workers=2)
     assert fleet_env.workers() == []
     loky = run_example(fleet_env.env, "--backend", "loky")
     on_fleet = run_example(fleet_env.env, "--backend", "fleet", "--broker", fleet_env.frontend,

@@ -8,7 +8,7 @@ import joblib
 import pytest
 
 import fleet.joblib
-from conftest import BIN, PYTHON, wait_for
+from conftest import wait_for
 from helpers import lazy_nested, maybe_fail, raise_picky, slow_square, square
 
 fleet.joblib.register()
@@ -89,14 +89,7 @@ def test_a_call_that_cannot_be_answered_fails_clearly(fleet_env):
 def test_the_pool_grows_from_zero_for_a_parallel_call_and_returns_to_zero(fleet_env):
     """The seed's story: autoscaler at --min 0 with the process launcher."""
     fleet_env.broker("--heartbeat-ms", "200", "--retire-linger-ms", "100")
-    worker_args = ("--broker %s --handler process --exec '%s -m fleet.calls' "
-                   "--heartbeat-ms 200" % (fleet_env.backend, PYTHON))
-    fleet_env.start("autoscaler", [
-        BIN / "fleet-autoscaler", "--control", fleet_env.control,
-        "--metrics-source", fleet_env.metrics, "--launcher", "process",
-        "--worker-args", worker_args, "--min", "0", "--max", "3",
-        "--idle-seconds", "1", "--cooldown-seconds", "0", "--stabilization-seconds", "0",
-        "--poll-ms", "100", "--metrics", "127.0.0.1:0"])
+    fleet_env.calls_autoscaler(max_workers=3)
     seen = []
     stop = threading.Event()
 

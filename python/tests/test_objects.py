@@ -2,6 +2,7 @@
 handler through fleet-worker and the broker, cached there, released here
 when the Parallel call ends; and the ways that can fail."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -118,11 +119,12 @@ class _Gate:
         return self.store.read(digest, offset, length)
 
 
-def test_a_worker_killed_in_the_middle_of_a_fetch_costs_nothing_but_a_retry(fleet_env):
-    fleet_env.broker("--heartbeat-ms", "200")
-    w1 = fleet_env.handler_worker("w1", CALLS, "--heartbeat-ms", "200")
-    fleet_env.wait_workers(1)
-    X = np.random.default_rng(3).random((1500, 1000))   # 12 MB: chunks of 4 MiB
+@contextlib.contextmanager
+def gated_call(fleet_env, X, i):
+    """array_facts(X, i) through the fleet on a thread of its own, the
+    producer's reads of X held at its first chunk past offset 0 until
+    gate.go is set (at the latest when the block ends); yields (gate,
+    thread, out)."""
     client = fleet.joblib._client_for(fleet_env.frontend, "default", None)
     gate = _Gate(objects.STORE)
     client.objects = gate
@@ -130,21 +132,30 @@ def test_a_worker_killed_in_the_middle_of_a_fetch_costs_nothing_but_a_retry(flee
 
     def run():   # joblib's backend choice is per thread: made in this one
         with joblib.parallel_backend("fleet", broker=fleet_env.frontend, max_workers=1):
-            out.extend(joblib.Parallel(n_jobs=1)([joblib.delayed(array_facts)(X, 7)]))
+            out.extend(joblib.Parallel(n_jobs=1)([joblib.delayed(array_facts)(X, i)]))
 
     t = threading.Thread(target=run)
     try:
         t.start()
         assert gate.reached.wait(30)
+        yield gate, t, out
+    finally:
+        gate.go.set()
+        client.objects = None
+
+
+def test_a_worker_killed_in_the_middle_of_a_fetch_costs_nothing_but_a_retry(fleet_env):
+    fleet_env.broker("--heartbeat-ms", "200")
+    w1 = fleet_env.handler_worker("w1", CALLS, "--heartbeat-ms", "200")
+    fleet_env.wait_workers(1)
+    X = np.random.default_rng(3).random((1500, 1000))   # 12 MB: chunks of 2 MiB
+    with gated_call(fleet_env, X, 7) as (gate, t, out):
         w1.stop(sig=9)   # the worker and its handler, mid-fetch
         fleet_env.handler_worker("w2", CALLS, "--heartbeat-ms", "200")
         wait_for(lambda: [w["id"] for w in fleet_env.workers()] == ["w2"],
                  what="w1 declared dead and w2 registered")
         gate.go.set()
         t.join(60)
-    finally:
-        gate.go.set()
-        client.objects = None
     assert not t.is_alive()
     assert out[0][1] == pytest.approx(X[7].sum())
     stats = broker_stats(fleet_env)
@@ -159,33 +170,21 @@ def test_a_worker_that_lost_its_batch_in_the_middle_of_a_fetch_retries_rather_th
     w1 = fleet_env.handler_worker("w1", CALLS, "--heartbeat-ms", "200")
     fleet_env.wait_workers(1)
     X = np.random.default_rng(5).random((1500, 1000))
-    client = fleet.joblib._client_for(fleet_env.frontend, "default", None)
-    gate = _Gate(objects.STORE)
-    client.objects = gate
-    out = []
-
-    def run():
-        with joblib.parallel_backend("fleet", broker=fleet_env.frontend, max_workers=1):
-            out.extend(joblib.Parallel(n_jobs=1)([joblib.delayed(array_facts)(X, 3)]))
-
-    t = threading.Thread(target=run)
     try:
-        t.start()
-        assert gate.reached.wait(30)
-        os.kill(w1.p.pid, signal.SIGSTOP)   # the worker, not its handler, which waits
-        wait_for(lambda: [w["id"] for w in fleet_env.workers()] == [],
-                 what="w1 declared dead and its batch requeued")
-        fleet_env.handler_worker("w2", CALLS, "--heartbeat-ms", "200")
-        fleet_env.wait_workers(1)
-        gate.go.set()
-        os.kill(w1.p.pid, signal.SIGCONT)
-        t.join(60)
-        # w1 comes back, its handler asks again for a batch it no longer
-        # holds, and ends the attempt as a retry (ignored by the broker).
-        wait_for(lambda: "no longer this worker's" in w1.text(), what="w1's handler to give up")
+        with gated_call(fleet_env, X, 3) as (gate, t, out):
+            os.kill(w1.p.pid, signal.SIGSTOP)   # the worker, not its handler, which waits
+            wait_for(lambda: [w["id"] for w in fleet_env.workers()] == [],
+                     what="w1 declared dead and its batch requeued")
+            fleet_env.handler_worker("w2", CALLS, "--heartbeat-ms", "200")
+            fleet_env.wait_workers(1)
+            gate.go.set()
+            os.kill(w1.p.pid, signal.SIGCONT)
+            t.join(60)
+            # w1 comes back, its handler asks again for a batch it no longer
+            # holds, and ends the attempt as a retry (ignored by the broker).
+            wait_for(lambda: "no longer this worker's" in w1.text(),
+                     what="w1's handler to give up")
     finally:
-        gate.go.set()
-        client.objects = None
         os.kill(w1.p.pid, signal.SIGCONT)
     assert not t.is_alive()
     assert out[0][1] == pytest.approx(X[3].sum())   # from w2's run, not w1's failure

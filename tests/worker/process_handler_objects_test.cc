@@ -14,6 +14,7 @@
 #include "common/protocol.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
+#include "tests/worker/drive_loop.h"
 #include "worker/process_handler.h"
 
 namespace fleet::worker {
@@ -51,44 +52,34 @@ struct Loop {
   std::vector<ProcessHandler::ObjectGetOut> held;
 
   std::map<std::string, Completion> Run(std::vector<Task> tasks, std::size_t want) {
-    std::map<std::string, Completion> got;
-    std::vector<Completion> done;
     ProcessHandler::Limits limits;
     limits.max_result_bytes = 64u << 20;  // the large object comes back whole
-    h.Submit(tasks, limits, &done);
-    const auto end = std::chrono::steady_clock::now() + seconds(30);
-    std::vector<zmq::pollitem_t> items;
-    std::vector<ProcessHandler::ObjectGetOut> taken;
-    while (true) {
-      for (Completion& c : done) got.emplace(std::string(c.id()), std::move(c));
-      done.clear();
-      h.TakeObjectGets(&taken);
-      for (const auto& g : taken) {
-        gets.push_back(g);
-        if (hold) {
-          held.push_back(g);
-          continue;
-        }
-        const auto it = objects.find(g.digest);
-        if (it == objects.end()) {
-          h.DeliverObject(g.tag, static_cast<std::uint32_t>(proto::ObjectStatus::kUnknownObject),
-                          0, g.offset, {}, "no such object");
-          continue;
-        }
-        const std::string& o = it->second;
-        const std::string chunk = o.substr(std::min<std::size_t>(g.offset, o.size()), g.length);
-        h.DeliverObject(g.tag, kOk, o.size(), g.offset, chunk, {});
-      }
-      if (got.size() >= want || std::chrono::steady_clock::now() >= end) break;
-      items.clear();
-      items.push_back({nullptr, h.ready_fd(), ZMQ_POLLIN, 0});
-      h.PollItems(&items);
-      zmq::poll(items.data(), items.size(), milliseconds(20));
-      if (items[0].revents != 0) h.AckReady();
-      h.Service(items.data() + 1, items.size() - 1, limits, &done);
-    }
-    return got;
+    return DriveLoop(h, std::move(tasks), want, limits, seconds(30), [this] { Serve(); });
   }
+
+  // The gets the handler made since the last turn, answered or held.
+  void Serve() {
+    h.TakeObjectGets(&taken_);
+    for (const auto& g : taken_) {
+      gets.push_back(g);
+      if (hold) {
+        held.push_back(g);
+        continue;
+      }
+      const auto it = objects.find(g.digest);
+      if (it == objects.end()) {
+        h.DeliverObject(g.tag, static_cast<std::uint32_t>(proto::ObjectStatus::kUnknownObject), 0,
+                        g.offset, {}, "no such object");
+        continue;
+      }
+      const std::string& o = it->second;
+      const std::string chunk = o.substr(std::min<std::size_t>(g.offset, o.size()), g.length);
+      h.DeliverObject(g.tag, kOk, o.size(), g.offset, chunk, {});
+    }
+  }
+
+ private:
+  std::vector<ProcessHandler::ObjectGetOut> taken_;
 };
 
 Task MakeTask(const std::string& id, const std::string& payload) {

@@ -13,6 +13,7 @@
 
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
+#include "tests/worker/drive_loop.h"
 #include "worker/handler_frames.h"
 
 namespace fleet::worker {
@@ -300,31 +301,6 @@ TEST(ProcessHandlerTest, AbortKillsEveryHandlerAtOnce) {
 }
 
 // ---- the loop's way: Submit, PollItems, Service ----
-
-// Drives `h` as the worker's loop does until `want` batches are done or
-// `limit` passes; returns the completions by id.
-std::map<std::string, Completion> DriveLoop(ProcessHandler& h, std::vector<Task> tasks,
-                                            std::size_t want,
-                                            const ProcessHandler::Limits& limits = {},
-                                            seconds limit = seconds(30)) {
-  std::map<std::string, Completion> got;
-  std::vector<Completion> done;
-  h.Submit(tasks, limits, &done);
-  const auto end = std::chrono::steady_clock::now() + limit;
-  std::vector<zmq::pollitem_t> items;
-  while (true) {
-    for (Completion& c : done) got.emplace(std::string(c.id()), std::move(c));
-    done.clear();
-    if (got.size() >= want || std::chrono::steady_clock::now() >= end) break;
-    items.clear();
-    items.push_back({nullptr, h.ready_fd(), ZMQ_POLLIN, 0});
-    h.PollItems(&items);
-    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(20));
-    if (items[0].revents != 0) h.AckReady();
-    h.Service(items.data() + 1, items.size() - 1, limits, &done);
-  }
-  return got;
-}
 
 Task MakeTask(const std::string& id, const std::string& payload) {
   return Task{id, "default", 1, payload};

@@ -19,6 +19,12 @@ HERE = pathlib.Path(__file__).resolve().parent
 # The Python that runs these tests (the venv with fleet installed) also runs
 # the handlers the workers start.
 PYTHON = sys.executable
+# Heartbeats of the tests where workers run whole calls (scikit-learn fits,
+# 40 MB fetches): a broker declares a worker dead after 3 missed beats, and
+# a 2-core machine running other tests beside these (or the sanitizers'
+# builds) can stall longer than 3 x 200 ms; a worker wrongly declared dead
+# loses its batch to a retry and its handler fetches its objects again.
+HEARTBEAT_MS = 1000
 
 
 def wait_for(cond, timeout=20.0, what="condition"):
@@ -110,12 +116,13 @@ class Fleet:
         return self.start("worker-" + wid, [BIN / "fleet-worker", "--broker", self.backend,
                                             "--id", wid, *args])
 
-    def calls_autoscaler(self, max_workers):
+    def calls_autoscaler(self, max_workers, heartbeat_ms=HEARTBEAT_MS):
         """fleet-autoscaler at --min 0 whose process launcher starts workers
-        running `python -m fleet.calls` (200 ms heartbeats), scaling at once:
-        no cooldown or stabilization, 1 s idle, 100 ms poll."""
+        running `python -m fleet.calls`, scaling at once: no cooldown or
+        stabilization, 1 s idle, 100 ms poll. The workers heartbeat every
+        heartbeat_ms: give the broker the same."""
         worker_args = ("--broker %s --handler process --exec '%s -m fleet.calls' "
-                       "--heartbeat-ms 200" % (self.backend, PYTHON))
+                       "--heartbeat-ms %d" % (self.backend, PYTHON, heartbeat_ms))
         return self.start("autoscaler", [
             BIN / "fleet-autoscaler", "--control", self.control,
             "--metrics-source", self.metrics, "--launcher", "process",

@@ -7,7 +7,7 @@ import json
 import subprocess
 
 from fleet import control
-from conftest import PYTHON, ROOT, wait_for
+from conftest import HEARTBEAT_MS, PYTHON, ROOT, wait_for
 
 EXAMPLE = ROOT / "docs" / "examples" / "gridsearch.py"
 
@@ -20,7 +20,7 @@ def run_example(env, *args):
 
 
 def test_gridsearch_from_zero_workers_matches_loky_and_ships_x_once_per_worker(fleet_env):
-    fleet_env.broker("--heartbeat-ms", "200", "--retire-linger-ms", "100")
+    fleet_env.broker("--heartbeat-ms", str(HEARTBEAT_MS), "--retire-linger-ms", "100")
     fleet_env.calls_autoscaler(max_workers=2)
     assert fleet_env.workers() == []
     loky = run_example(fleet_env.env, "--backend", "loky")
@@ -33,8 +33,15 @@ def test_gridsearch_from_zero_workers_matches_loky_and_ships_x_once_per_worker(f
     sent = on_fleet["sent"]
     x_blob = sent["shared_bytes"]   # X alone: y (160 kB) travels with the calls
     assert on_fleet["x_bytes"] <= x_blob < on_fleet["x_bytes"] + 4096, sent
-    moved = control.stats(fleet_env.control)[1]["object_bytes"]
-    assert moved in (x_blob, 2 * x_blob), (moved, x_blob)
+    counters = control.stats(fleet_env.control)[1]
+    moved = counters["object_bytes"]
+    if counters["workers_dead"] == 0:
+        assert moved in (x_blob, 2 * x_blob), (moved, x_blob)
+    else:
+        # The machine stalled past the heartbeats: a worker declared dead
+        # lost its batch (maybe mid-fetch) and its new handler fetched X
+        # again. Still at most once more per such worker, never per fit.
+        assert x_blob <= moved <= (2 + counters["workers_dead"]) * x_blob, (moved, counters)
     # The calls themselves: y and the folds' indices, well under one X.
     assert sent["batches"] >= 5 and sent["payload_bytes"] < 10_000_000, sent
     # And the pool goes back to zero.

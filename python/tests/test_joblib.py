@@ -8,7 +8,7 @@ import joblib
 import pytest
 
 import fleet.joblib
-from conftest import wait_for
+from conftest import HEARTBEAT_MS, wait_for
 from helpers import lazy_nested, maybe_fail, raise_picky, slow_square, square
 
 fleet.joblib.register()
@@ -88,7 +88,7 @@ def test_a_call_that_cannot_be_answered_fails_clearly(fleet_env):
 
 def test_the_pool_grows_from_zero_for_a_parallel_call_and_returns_to_zero(fleet_env):
     """The seed's story: autoscaler at --min 0 with the process launcher."""
-    fleet_env.broker("--heartbeat-ms", "200", "--retire-linger-ms", "100")
+    fleet_env.broker("--heartbeat-ms", str(HEARTBEAT_MS), "--retire-linger-ms", "100")
     fleet_env.calls_autoscaler(max_workers=3)
     seen = []
     stop = threading.Event()

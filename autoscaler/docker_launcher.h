@@ -1,42 +1,48 @@
-// DockerLauncher: runs each worker as a container through the Docker Engine
-// API on its unix socket (API version pinned, see kDockerApiVersion).
+// DockerLauncher: runs each worker as a unit of a container engine (see
+// container_engine.h): a container through a Docker Engine (--launcher
+// docker), or a service of one replica on a Docker Swarm (--launcher
+// swarm). The engine decides what a unit is; this class is the loop's side,
+// the same for both.
 //
-// Containers come from one fixed template: the configured image running
+// Units come from one fixed template: the configured image running
 //   /bin/sh -c 'exec fleet-worker --id ID WORKER_ARGS'
 // under docker-init, never privileged, all capabilities dropped,
-// no-new-privileges, read-only root (a small tmpfs on /tmp), memory and pids
-// limits, restart policy "no" (the autoscaler replaces workers, the engine
-// must not resurrect retired ones), no binds but the checked, read-only,
-// non-recursive --docker-mount ones (see docker_mount.h), and the labels
+// no-new-privileges (containers; the swarm API of Docker 20.10 cannot set
+// it on services), read-only root (a small tmpfs on /tmp), memory and pids
+// limits, never restarted by the engine (restart policy "no", or a
+// service's restart condition "none": the autoscaler replaces workers, the
+// engine must not resurrect retired ones), no binds but the checked,
+// read-only, non-recursive --docker-mount ones (see docker_mount.h), and the
+// labels
 //   fleet.pool=POOL fleet.role=worker fleet.worker-id=ID
 //   fleet.metrics-port=PORT (when the worker serves /metrics)
-// which Prometheus' docker_sd_configs and this launcher select on. The
-// launcher never touches a container without its pool label.
+// which Prometheus' docker_sd_configs (dockerswarm_sd_configs) and this
+// launcher select on. The launcher never touches a unit without its pool
+// label.
 //
 // Every engine call after the constructor's checks runs off the loop, on
 // the launcher's own engine thread, in the order the loop queued them (a
 // busy engine takes 5-10 s for a create and start; the loop must not wait
 // for it). The loop side only queues calls and applies their results in
 // Poll:
-//  - Start books the worker and queues create + start; it returns at once
-//    (accepted). A failed create or start comes back from a later Poll as
-//    an exit with its error, which the pool book counts as a start failure.
+//  - Start books the worker and queues its create (and start); it returns
+//    at once (accepted). A failed create or start comes back from a later
+//    Poll as an exit with its error, which the pool book counts as a start
+//    failure.
 //  - Each Poll applies what the engine thread finished, then queues one
-//    list of the pool's containers (never more than one outstanding). A
-//    list shows an exited container: its exit code is read and it is
-//    removed (queued; reported as an exit once done); a running one it
-//    does not know (left by an earlier autoscaler run) is adopted
-//    (TakeAdopted); an exited or never-started one it does not know is
-//    removed.
+//    list of the pool's units (never more than one outstanding). A list
+//    shows an exited unit: its exit code is read and it is removed
+//    (queued; reported as an exit once done); a running one it does not
+//    know (left by an earlier autoscaler run) is adopted (TakeAdopted); an
+//    exited or never-started one it does not know is removed.
 //  - Stop gives the worker its grace to drain and leave by itself, then
 //    Poll queues SIGTERM, then SIGKILL after the grace again, as the process
 //    launcher does (a worker whose start is still running is signalled once
-//    its container exists).
+//    its unit exists).
 // One thread and first in, first out, so a list always reflects every start
-// and removal queued before it: a container this launcher created is never
-// taken for one removed behind its back, nor for one to adopt. Rejected: a
-// thread per call (unbounded threads, and lists racing the creates they
-// must see).
+// and removal queued before it: a unit this launcher created is never taken
+// for one removed behind its back, nor for one to adopt. Rejected: a thread
+// per call (unbounded threads, and lists racing the creates they must see).
 //
 // Thread-safety: the public methods are for one thread (the loop); the
 // engine thread shares only the mutex-guarded queues. StopAll blocks up to
@@ -53,58 +59,30 @@
 #include <thread>
 #include <vector>
 
-#include "autoscaler/docker_mount.h"
+#include "autoscaler/container_engine.h"
 #include "autoscaler/launcher.h"
-#include "common/http_client.h"
+#include <memory>
 
 namespace fleet::autoscaler {
 
-inline constexpr const char* kDockerApiVersion = "v1.41";  // Docker Engine 20.10
-
-struct DockerOptions {
-  std::string socket_path = "/var/run/docker.sock";
-  std::string image = "fleet:latest";
-  // NetworkMode of the workers: a network name ("fleet_internal"), "host",
-  // or "" for the engine's default bridge.
-  std::string network;
-  // Value of the fleet.pool label; also the container name prefix.
-  std::string pool = "fleet";
-  // Program inside the image, and shell words after --id (like the process
-  // launcher's --worker-args).
-  std::string worker_command = "fleet-worker";
-  std::string worker_args;
-  // KEY=VALUE pairs for the container's environment.
-  std::vector<std::string> env;
-  // Read-only bind mounts into every worker (host paths as the engine on
-  // the host sees them), e.g. the worker's CURVE key and the broker's
-  // public key. Checked by the constructor (CheckDockerMounts).
-  std::vector<DockerMount> mounts;
-  // The worker serves /metrics on 0.0.0.0:PORT (FLEET_METRICS) and the
-  // container is labelled with the port; 0 turns it off.
-  int metrics_port = 9752;
-  std::int64_t memory_bytes = 512ll << 20;  // 0 = no limit
-  std::int64_t pids_limit = 256;            // 0 = no limit
-  double cpus = 0;                          // 0 = no limit
-  // Each Engine API call waits at most this.
-  std::chrono::milliseconds api_timeout{10000};
-};
-
 class DockerLauncher : public Launcher {
  public:
-  // Checks the mounts (std::invalid_argument, before any engine call), then
+  // The Docker launcher: a DockerEngine from `options` (its constructor
+  // checks the mounts (std::invalid_argument, before any engine call), then
   // that the engine answers on the socket, speaks API >= 1.41, has the
-  // image and (when named) the network; these calls are made here, before
-  // the loop runs. Throws std::runtime_error with a message saying what is
-  // wrong and what to do. Then starts the engine thread.
+  // image and (when named) the network; std::runtime_error saying what is
+  // wrong and what to do). Then starts the engine thread.
   explicit DockerLauncher(DockerOptions options);
+  // The same loop over another engine (SwarmEngine: --launcher swarm).
+  explicit DockerLauncher(std::unique_ptr<ContainerEngine> engine);
   // Finishes the engine calls already queued (each bounded by api_timeout),
-  // then stops the engine thread. Leaves the containers running: a
-  // restarted autoscaler adopts them.
+  // then stops the engine thread. Leaves the units running: a restarted
+  // autoscaler adopts them.
   ~DockerLauncher() override;
   DockerLauncher(const DockerLauncher&) = delete;
   DockerLauncher& operator=(const DockerLauncher&) = delete;
 
-  const char* name() const override { return "docker"; }
+  const char* name() const override { return engine_->kind(); }
   // Never waits for the engine: false only for an id already known.
   bool Start(const std::string& id, TimePoint now, std::string* error) override;
   void Stop(const std::string& id, Duration grace, TimePoint now) override;
@@ -121,25 +99,22 @@ class DockerLauncher : public Launcher {
   // `timeout`. For tests and StopAll; the loop never waits.
   bool WaitIdle(std::chrono::milliseconds timeout);
 
-  // The container name for worker `id` ("POOL-ID").
-  std::string ContainerName(const std::string& id) const;
+  // The container (or service) name for worker `id` ("POOL-ID").
+  std::string ContainerName(const std::string& id) const { return engine_->UnitName(id); }
   // The JSON body of the create call for worker `id` (for tests and logs).
-  std::string CreateBody(const std::string& id) const;
+  std::string CreateBody(const std::string& id) const { return engine_->CreateBody(id); }
 
  private:
   struct Worker {
-    std::string container;  // engine id; empty while its start runs
+    std::string container;  // the unit's engine id; empty while its start runs
     bool reaping = false;   // seen exited: exit code and removal queued
     std::optional<TimePoint> term_at;
     std::optional<TimePoint> kill_at;
     Duration grace{};
     bool termed = false;
+    bool killed = false;  // SIGKILL sent (a swarm service is then removed)
   };
-  struct Listed {
-    std::string container;
-    std::string worker_id;
-    std::string state;  // created, running, exited, dead, ...
-  };
+  using Listed = ContainerEngine::Unit;
   // One call for the engine thread, and what came of it.
   enum class Op { kStart, kList, kReap, kSignal, kRemove };
   struct EngineCall {
@@ -147,12 +122,13 @@ class DockerLauncher : public Launcher {
     std::string id;         // worker id (start, reap, signal)
     std::string container;  // reap, signal, remove
     std::string arg;        // start: the create body; signal: its name; remove: what, for logs
+    Duration grace{};       // signal: the worker's grace (the swarm's stop grace period)
   };
   struct EngineResult {
     Op op;
     std::string id;
     std::string container;  // start: the new container
-    std::string error;      // start: why it failed; list: why there is no list
+    std::string error;      // start, reap: why it never ran; list: why there is no list
     int exit_code = -1;     // reap
     std::optional<std::vector<Listed>> listed;  // list
   };
@@ -160,24 +136,15 @@ class DockerLauncher : public Launcher {
   // The engine thread's side (and the constructor's, before it starts).
   void EngineLoop();
   EngineResult Execute(const EngineCall& call);
-  EngineResult DoStart(const EngineCall& call);
-  http::HttpResponse Call(http::Method method, const std::string& path,
-                          const std::string& body = {});
-  // The pool's containers; nullopt with `error` set when the engine did not
-  // answer as expected.
-  std::optional<std::vector<Listed>> List(std::string* error);
-  int ExitCode(const std::string& container);
-  void Signal(const std::string& id, const std::string& container, const char* signal);
-  void Remove(const std::string& container, const std::string& what);
 
   // The loop's side.
   void Queue(EngineCall call);
   void Apply(EngineResult result, std::vector<Exited>* exited);
   void ApplyList(const std::vector<Listed>& listed, std::vector<Exited>* exited);
 
-  DockerOptions options_;
-  http::HttpClient http_;  // the engine thread's once it runs
-  http::HttpOptions http_options_;
+  // The engine thread's once it runs (the loop reads only its options and
+  // the template).
+  std::unique_ptr<ContainerEngine> engine_;
   std::map<std::string, Worker> workers_;  // by worker id
   std::vector<std::string> adopted_;       // since the last TakeAdopted
   bool list_failing_ = false;              // one log line per outage
@@ -192,15 +159,7 @@ class DockerLauncher : public Launcher {
   bool busy_ = false;  // the engine thread is running a call
   bool stop_ = false;
   std::chrono::steady_clock::time_point stop_deadline_{};  // set with stop_
-  std::thread engine_;  // last: started once everything above exists
+  std::thread engine_thread_;  // last: started once everything above exists
 };
-
-// The message of a Docker Engine API error body ({"message": "..."}), or
-// the body itself when it is not that JSON.
-std::string DockerErrorMessage(const http::HttpResponse& response);
-
-// Parses a memory size: bytes, or a number with k, m, g (powers of 1024).
-// nullopt when malformed or negative.
-std::optional<std::int64_t> ParseByteSize(const std::string& text);
 
 }  // namespace fleet::autoscaler

@@ -71,9 +71,11 @@ int main(int argc, char** argv) {
                  "--metrics-auth-file, or a Prometheus behind auth): a file holding one line "
                  "user:password, mode 0600 or 0400");
   app.add_option("--launcher", launcher_kind, "how workers start: process (local child "
-                 "processes), docker (containers through the Docker Engine API), command (your "
-                 "own start/stop commands)")->capture_default_str()
-      ->check(CLI::IsMember({"process", "command", "docker"}));
+                 "processes), docker (containers through the Docker Engine API), swarm (one "
+                 "Docker Swarm service per worker, through a manager's Engine API; the "
+                 "--docker-* flags apply), command (your own start/stop commands)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"process", "command", "docker", "swarm"}));
   app.add_option("--worker-args", worker_args,
                  "shell words passed to each fleet-worker after --id (process and docker "
                  "launchers), "
@@ -113,6 +115,14 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(0, 1 << 22));
   app.add_option("--docker-cpus", docker.cpus, "docker launcher: CPUs per worker (0 = no limit)")
       ->capture_default_str()->check(CLI::Range(0.0, 1024.0));
+  app.add_option("--swarm-constraint", docker.constraints,
+                 "swarm launcher: placement constraint of every worker's service, e.g. "
+                 "node.role==worker or node.labels.pool==fleet (repeatable; comma-separated in "
+                 "FLEET_SWARM_CONSTRAINT)")->delimiter(',');
+  app.add_option("--swarm-spread", docker.spread,
+                 "swarm launcher: spread the workers evenly over the values of this node "
+                 "label, e.g. node.labels.zone (repeatable; comma-separated in "
+                 "FLEET_SWARM_SPREAD)")->delimiter(',');
   app.add_option("--docker-worker-metrics-port", docker.metrics_port,
                  "docker launcher: port of each worker's /metrics (labelled for Prometheus' "
                  "docker_sd_configs); 0 = off")->capture_default_str()->check(CLI::Range(0, 65535));
@@ -207,7 +217,11 @@ int main(int argc, char** argv) {
     if (launcher_kind != "command" && (!start_command.empty() || !stop_command.empty())) {
       spdlog::warn("--start-command/--stop-command are ignored with --launcher {}", launcher_kind);
     }
-    if (launcher_kind != "docker" && !docker_mounts.empty()) {
+    if (launcher_kind != "swarm" && (!docker.constraints.empty() || !docker.spread.empty())) {
+      spdlog::warn("--swarm-constraint/--swarm-spread are ignored with --launcher {}",
+                   launcher_kind);
+    }
+    if (launcher_kind != "docker" && launcher_kind != "swarm" && !docker_mounts.empty()) {
       spdlog::warn("--docker-mount is ignored with --launcher {}", launcher_kind);
     }
     if (launcher_kind == "command" && (!worker_args.empty() || !worker_bin.empty())) {
@@ -228,7 +242,12 @@ int main(int argc, char** argv) {
       if (!worker_bin.empty()) docker.worker_command = worker_bin;
       for (const std::string& spec : docker_mounts) docker.mounts.push_back(ParseDockerMount(spec));
       docker.worker_args = worker_args;
-      launcher = std::make_unique<DockerLauncher>(docker);
+      docker.stop_grace = o.grace;
+      if (launcher_kind == "swarm") {
+        launcher = std::make_unique<DockerLauncher>(std::make_unique<SwarmEngine>(docker));
+      } else {
+        launcher = std::make_unique<DockerLauncher>(docker);
+      }
     }
     const auto metrics_timeout =
         std::chrono::milliseconds(static_cast<long>(std::lround(metrics_timeout_s * 1000)));

@@ -32,6 +32,11 @@ void FakeDockerEngine::SetContainers(std::vector<std::string> entries) {
   containers_ = std::move(entries);
 }
 
+void FakeDockerEngine::SetServices(std::vector<std::string> entries) {
+  std::lock_guard<std::mutex> lock(mu_);
+  services_ = std::move(entries);
+}
+
 void FakeDockerEngine::Hold(const std::string& prefix) {
   std::lock_guard<std::mutex> lock(mu_);
   hold_ = prefix;
@@ -88,6 +93,31 @@ std::optional<std::string> FakeDockerEngine::Answer(const Request& r) {
     std::erase_if(*containers_, [&](const std::string& c) {
       return c.find("\"Id\":\"" + id + "\"") != std::string::npos;
     });
+  }
+  if (services_) {
+    const std::string one = "GET /v1.41/services/", gone = "DELETE /v1.41/services/";
+    auto has_id = [](const std::string& entry, const std::string& id) {
+      return entry.find("\"ID\":\"" + id + "\"") != std::string::npos;
+    };
+    if (line.rfind("GET /v1.41/services?", 0) == 0) {
+      std::string list = "[";
+      for (const std::string& e : *services_) list += (list.size() > 1 ? "," : "") + e;
+      return Reply(200, list + "]");
+    }
+    if (line.rfind(one, 0) == 0) {
+      const std::string id = line.substr(one.size());
+      for (const std::string& e : *services_) {
+        if (has_id(e, id)) return Reply(200, e);
+      }
+      return Reply(404, R"({"message":"service not found"})");
+    }
+    if (line.rfind(gone, 0) == 0) {
+      const std::string id = line.substr(gone.size());
+      if (std::erase_if(*services_, [&](const std::string& e) { return has_id(e, id); }) == 0) {
+        return Reply(404, R"({"message":"service not found"})");
+      }
+      return Reply(200, "");
+    }
   }
   const std::pair<int, std::string>* best = nullptr;
   std::size_t best_len = 0;

@@ -27,6 +27,9 @@ class FakeDockerEngine {
   // From now on the container list answers these entries (JSON objects
   // with an "Id"), and a DELETE of one drops it, as the engine does.
   void SetContainers(std::vector<std::string> entries);
+  // The same for a swarm's services (JSON objects with an "ID"): the list,
+  // each one by id, and a DELETE drops it.
+  void SetServices(std::vector<std::string> entries);
   // Requests whose "METHOD target" starts with `prefix` are not answered
   // until Release().
   void Hold(const std::string& prefix);
@@ -49,6 +52,7 @@ class FakeDockerEngine {
   std::map<std::string, std::pair<int, std::string>> routes_;
   std::optional<std::string> hold_;
   std::optional<std::vector<std::string>> containers_;
+  std::optional<std::vector<std::string>> services_;
   std::vector<std::string> answered_;  // "METHOD target" of each answer sent
   fleet::testing::TestServer server_;  // last: stops before the routes go
 };

@@ -73,31 +73,66 @@ std::optional<std::int64_t> ParseByteSize(const std::string& text) {
 
 // --- what both engines share ----------------------------------------------
 
+ContainerEngine::ContainerEngine(DockerOptions options) : options_(std::move(options)) {
+  std::string& a = options_.socket_path;
+  if (a.starts_with("unix://")) a = a.substr(7);
+  if (a.starts_with("tcp://")) {
+    const std::string host = a.substr(6);
+    if (host.empty() || host.find('/') != std::string::npos ||
+        host.find(':') == std::string::npos) {
+      throw std::invalid_argument("Docker engine " + a + ": expected tcp://HOST:PORT");
+    }
+    if (options_.tls_dir.empty()) {
+      throw std::invalid_argument(
+          "Docker engine " + a + ": a tcp:// engine needs TLS with a client certificate "
+          "(--docker-tls-dir with ca.pem, cert.pem, key.pem): the Engine API without it is root "
+          "on that host for anyone who can reach the port");
+    }
+    base_url_ = "https://" + host;
+    http_options_.ca_file = options_.tls_dir + "/ca.pem";
+    http_options_.cert_file = options_.tls_dir + "/cert.pem";
+    http_options_.key_file = options_.tls_dir + "/key.pem";
+  } else if (a.starts_with("/")) {
+    base_url_ = "http://docker";
+    http_options_.unix_socket_path = a;
+  } else {
+    throw std::invalid_argument("Docker engine " + a +
+                                ": expected a unix socket path or tcp://HOST:PORT");
+  }
+  CheckDockerMounts(options_.mounts, a);
+}
+
 http::HttpResponse ContainerEngine::Call(http::Method method, const std::string& path,
                                          const std::string& body) {
-  return http_.Perform(method, std::string("http://docker/") + kDockerApiVersion + path, body,
-                       options_.api_timeout, http_options_);
+  http::HttpResponse r = http_.Perform(method, base_url_ + "/" + kDockerApiVersion + path, body,
+                                       options_.api_timeout, http_options_);
+  unreachable_ = r.status == 0;
+  return r;
+}
+
+http::HttpResponse ContainerEngine::Get(const std::string& path) {
+  http::HttpResponse r = http_.Get(base_url_ + path, options_.api_timeout, http_options_);
+  unreachable_ = r.status == 0;
+  return r;
 }
 
 std::string ContainerEngine::CheckEngine(bool need_image, std::string* network_json) {
-  http_options_.unix_socket_path = options_.socket_path;
-  CheckDockerMounts(options_.mounts, options_.socket_path);
   struct stat st {};
-  if (stat(options_.socket_path.c_str(), &st) != 0) {
+  if (!http_options_.unix_socket_path.empty() && stat(options_.socket_path.c_str(), &st) != 0) {
+    unreachable_ = true;
     throw std::runtime_error(fmt::format(
         "{} launcher: no Docker socket at {}: is the Docker engine running on this host, "
         "and (in a container) is the socket mounted (-v /var/run/docker.sock:{})?",
         kind(), options_.socket_path, options_.socket_path));
   }
-  http::HttpResponse ping = http_.Get("http://docker/_ping", options_.api_timeout, http_options_);
+  http::HttpResponse ping = Get("/_ping");
   if (!ping.ok()) {
     throw std::runtime_error(fmt::format(
         "{} launcher: the Docker engine does not answer on {}: {} (permission: the "
         "autoscaler's user must be able to open the socket, e.g. be in its group)",
         kind(), options_.socket_path, DockerErrorMessage(ping)));
   }
-  http::HttpResponse version =
-      http_.Get("http://docker/version", options_.api_timeout, http_options_);
+  http::HttpResponse version = Get("/version");
   json v = json::parse(version.body, nullptr, false);
   std::string api = v.is_object() && v.value("ApiVersion", json()).is_string()
                         ? v["ApiVersion"].get<std::string>()
@@ -204,6 +239,9 @@ DockerEngine::DockerEngine(DockerOptions options) : ContainerEngine(std::move(op
                  "--docker-worker-metrics-port 0 to silence this)");
     options_.metrics_port = 0;
   }
+}
+
+void DockerEngine::Check() {
   std::string api = CheckEngine(/*need_image=*/true, nullptr);
   std::string mounts;
   for (const DockerMount& m : options_.mounts) {
@@ -336,9 +374,12 @@ SwarmEngine::SwarmEngine(DockerOptions options) : ContainerEngine(std::move(opti
         "stack's internal network is STACK_internal), or none",
         options_.network));
   }
+}
+
+void SwarmEngine::Check() {
   std::string network_json;
   std::string api = CheckEngine(/*need_image=*/false, &network_json);
-  http::HttpResponse info = http_.Get("http://docker/info", options_.api_timeout, http_options_);
+  http::HttpResponse info = Get("/info");
   json i = json::parse(info.body, nullptr, false);
   const json swarm = i.is_object() ? i.value("Swarm", json::object()) : json::object();
   if (!info.ok() || !swarm.is_object() || swarm.value("LocalNodeState", "") != "active" ||

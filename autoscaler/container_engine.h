@@ -24,11 +24,12 @@
 // missing image, is an exit with the swarm's reason as the start error); a
 // service with no task is "created", or "exited" once scaled to 0.
 //
-// Constructors check the engine (socket, API version, image, network; the
-// swarm also: a manager, an overlay network) and throw std::runtime_error
-// saying what is wrong and what to do. After that an engine is used by one
-// thread at a time (the launcher's engine thread); every call is bounded by
-// the options' api_timeout.
+// Constructors check the options only (std::invalid_argument or
+// std::runtime_error; no engine call). Check() asks the engine (socket, API
+// version, image, network; the swarm also: a manager, an overlay network)
+// and throws std::runtime_error saying what is wrong and what to do. An
+// engine is used by one thread at a time (the launcher's engine thread once
+// it runs); every call is bounded by the options' api_timeout.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +46,13 @@ namespace fleet::autoscaler {
 inline constexpr const char* kDockerApiVersion = "v1.41";  // Docker Engine 20.10
 
 struct DockerOptions {
+  // The engine: its unix socket ("/var/run/docker.sock" or
+  // "unix:///var/run/docker.sock"), or "tcp://HOST:PORT" (TLS with the
+  // client certificate in tls_dir; never plain TCP).
   std::string socket_path = "/var/run/docker.sock";
+  // For tcp:// engines: a directory with ca.pem (the engine's CA),
+  // cert.pem and key.pem (this client's), as DOCKER_CERT_PATH holds them.
+  std::string tls_dir;
   std::string image = "fleet:latest";
   // NetworkMode of the workers: a network name ("fleet_internal"), "host",
   // or "" for the engine's default bridge. Swarm: an overlay network of the
@@ -95,6 +102,13 @@ class ContainerEngine {
   };
 
   virtual ~ContainerEngine() = default;
+  // Asks the engine whether it can run the pool's workers (see above).
+  virtual void Check() = 0;
+  // Whether the last call got no answer at all (refused, timed out): the
+  // engine is down or unreachable, as opposed to refusing the request.
+  bool unreachable() const { return unreachable_; }
+  // The engine as configured, for logs.
+  const std::string& address() const { return options_.socket_path; }
   // "docker" or "swarm" (the launcher's name in logs).
   virtual const char* kind() const = 0;
   // What a unit is called in logs: "container" or "service".
@@ -121,7 +135,8 @@ class ContainerEngine {
   const DockerOptions& options() const { return options_; }
 
  protected:
-  explicit ContainerEngine(DockerOptions options) : options_(std::move(options)) {}
+  // Checks the mounts and the address (std::invalid_argument).
+  explicit ContainerEngine(DockerOptions options);
   // One Engine API call (path after the version, e.g. "/containers/json").
   http::HttpResponse Call(http::Method method, const std::string& path,
                           const std::string& body = {});
@@ -130,18 +145,22 @@ class ContainerEngine {
   // text, for the caller to check further; "" when none was looked up).
   // Returns the engine's API version.
   std::string CheckEngine(bool need_image, std::string* network_json);
+  http::HttpResponse Get(const std::string& path);  // unversioned: /_ping, /version, /info
   // The worker's environment, labels and the /bin/sh command of the template.
   std::vector<std::string> Env() const;
   std::string Command(const std::string& id) const;
 
   DockerOptions options_;
+  std::string base_url_;  // http://docker (unix socket) or https://HOST:PORT
   http::HttpClient http_;
   http::HttpOptions http_options_;
+  bool unreachable_ = false;
 };
 
 class DockerEngine : public ContainerEngine {
  public:
   explicit DockerEngine(DockerOptions options);
+  void Check() override;
   const char* kind() const override { return "docker"; }
   const char* unit_word() const override { return "container"; }
   std::string CreateBody(const std::string& id) const override;
@@ -156,6 +175,7 @@ class DockerEngine : public ContainerEngine {
 class SwarmEngine : public ContainerEngine {
  public:
   explicit SwarmEngine(DockerOptions options);
+  void Check() override;
   const char* kind() const override { return "swarm"; }
   const char* unit_word() const override { return "service"; }
   std::string CreateBody(const std::string& id) const override;

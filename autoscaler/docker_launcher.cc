@@ -2,19 +2,66 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 namespace fleet::autoscaler {
+
+namespace {
+
+std::vector<std::unique_ptr<ContainerEngine>> One(std::unique_ptr<ContainerEngine> engine) {
+  std::vector<std::unique_ptr<ContainerEngine>> v;
+  v.push_back(std::move(engine));
+  return v;
+}
+
+}  // namespace
 
 DockerLauncher::DockerLauncher(DockerOptions options)
     : DockerLauncher(std::make_unique<DockerEngine>(std::move(options))) {}
 
 DockerLauncher::DockerLauncher(std::unique_ptr<ContainerEngine> engine)
-    : engine_(std::move(engine)) {
-  // From here on only the engine thread calls the engine.
-  engine_thread_ = std::thread([this] { EngineLoop(); });
+    : DockerLauncher(One(std::move(engine))) {}
+
+DockerLauncher::DockerLauncher(std::vector<std::unique_ptr<ContainerEngine>> engines) {
+  if (engines.empty()) throw std::invalid_argument("docker launcher: no engine");
+  std::string down;  // why the engines that do not answer do not
+  for (auto& e : engines) {
+    auto lane = std::make_unique<Lane>();
+    lane->engine = std::move(e);
+    try {
+      lane->engine->Check();
+      lane->checked = true;
+    } catch (const std::runtime_error& err) {
+      // One engine of several that does not answer now is skipped until it
+      // does; anything else it says (no image, no network, an old API) is a
+      // mistake to fix before starting.
+      if (engines.size() == 1 || !lane->engine->unreachable()) throw;
+      spdlog::warn("{} launcher: engine {} does not answer; skipping it until it does: {}",
+                   lane->engine->kind(), lane->engine->address(), err.what());
+      down += (down.empty() ? "" : "; ") + std::string(err.what());
+      lane->failing = true;
+    }
+    lanes_.push_back(std::move(lane));
+  }
+  if (std::all_of(lanes_.begin(), lanes_.end(), [](const auto& l) { return !l->checked; })) {
+    throw std::runtime_error("docker launcher: no engine answers: " + down);
+  }
+  if (lanes_.size() > 1) {
+    std::string all;
+    for (const auto& l : lanes_) all += (all.empty() ? "" : ", ") + l->engine->address();
+    spdlog::info("{} launcher: {} engines ({}); a start goes to the answering one with the "
+                 "fewest workers",
+                 name(), lanes_.size(), all);
+  }
+  // From here on only each engine's thread calls that engine.
+  for (auto& lane : lanes_) {
+    Lane* l = lane.get();
+    l->thread = std::thread([this, l] { EngineLoop(l); });
+  }
 }
 
 DockerLauncher::~DockerLauncher() {
@@ -23,81 +70,113 @@ DockerLauncher::~DockerLauncher() {
     stop_ = true;
     // A hung engine must not hold the exit for a call timeout per queued
     // call: what is not done by then is left (see EngineLoop).
-    stop_deadline_ = std::chrono::steady_clock::now() + 2 * engine_->options().api_timeout;
+    stop_deadline_ = std::chrono::steady_clock::now() + 2 * engine().options().api_timeout;
   }
   work_cv_.notify_all();
-  if (engine_thread_.joinable()) engine_thread_.join();
+  for (auto& lane : lanes_) {
+    if (lane->thread.joinable()) lane->thread.join();
+  }
 }
 
-void DockerLauncher::EngineLoop() {
+void DockerLauncher::EngineLoop(Lane* lane) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    work_cv_.wait(lock, [this] { return stop_ || !calls_.empty(); });
-    if (calls_.empty()) return;
+    work_cv_.wait(lock, [&] { return stop_ || !lane->calls.empty(); });
+    if (lane->calls.empty()) return;
     if (stop_) {
       // Stopping finishes the creates and removals queued (a create the
       // engine was asked for is made, and adopted by the next run, rather
       // than half done), within a deadline; signals and lists no longer
       // matter to anyone.
-      std::erase_if(calls_, [](const EngineCall& c) {
+      std::erase_if(lane->calls, [](const EngineCall& c) {
         return c.op == Op::kSignal || c.op == Op::kList;
       });
-      if (!calls_.empty() && std::chrono::steady_clock::now() >= stop_deadline_) {
-        spdlog::warn("{} launcher: the engine is not answering; leaving {} calls undone "
+      if (!lane->calls.empty() && std::chrono::steady_clock::now() >= stop_deadline_) {
+        spdlog::warn("{} launcher: engine {} is not answering; leaving {} calls undone "
                      "({}s of this pool left behind are adopted or removed by the next run)",
-                     engine_->kind(), calls_.size(), engine_->unit_word());
-        calls_.clear();
+                     lane->engine->kind(), lane->engine->address(), lane->calls.size(),
+                     lane->engine->unit_word());
+        lane->calls.clear();
       }
-      if (calls_.empty()) return;
+      if (lane->calls.empty()) return;
     }
-    EngineCall call = std::move(calls_.front());
-    calls_.pop_front();
-    busy_ = true;
+    EngineCall call = std::move(lane->calls.front());
+    lane->calls.pop_front();
+    lane->busy = true;
+    const bool checked = lane->checked;
     lock.unlock();
-    EngineResult result = Execute(call);
+    EngineResult result;
+    bool now_checked = checked;
+    if (!checked && call.op == Op::kList) {
+      // An engine that did not answer at start-up is checked again before
+      // it is used: only a list (each poll's) comes to one in that state.
+      try {
+        lane->engine->Check();
+        now_checked = true;
+        spdlog::info("{} launcher: engine {} answers", lane->engine->kind(),
+                     lane->engine->address());
+      } catch (const std::exception& e) {
+        result = EngineResult{Op::kList, {}, {}, e.what(), -1, std::nullopt,
+                              lane->engine->unreachable()};
+      }
+    }
+    if (now_checked) result = Execute(lane, call);
     lock.lock();
-    busy_ = false;
+    lane->checked = now_checked;
+    lane->busy = false;
     if (result.op == Op::kStart || result.op == Op::kList || result.op == Op::kReap) {
-      results_.push_back(std::move(result));
+      lane->results.push_back(std::move(result));
     }
     idle_cv_.notify_all();
   }
 }
 
-DockerLauncher::EngineResult DockerLauncher::Execute(const EngineCall& call) {
-  EngineResult r{call.op, call.id, call.container, {}, -1, std::nullopt};
+DockerLauncher::EngineResult DockerLauncher::Execute(Lane* lane, const EngineCall& call) {
+  ContainerEngine& e = *lane->engine;
+  EngineResult r{call.op, call.id, call.container, {}, -1, std::nullopt, false};
   switch (call.op) {
     case Op::kStart:
-      r.container = engine_->Create(call.id, call.arg, &r.error);
+      r.container = e.Create(call.id, call.arg, &r.error);
+      r.unreachable = r.container.empty() && e.unreachable();
       break;
     case Op::kList:
-      r.listed = engine_->List(&r.error);
+      r.listed = e.List(&r.error);
+      r.unreachable = !r.listed && e.unreachable();
       break;
     case Op::kReap:
-      r.exit_code = engine_->ExitCode(call.container, &r.error);
-      engine_->Remove(call.container, ContainerName(call.id));
+      r.exit_code = e.ExitCode(call.container, &r.error);
+      e.Remove(call.container, e.UnitName(call.id));
       break;
     case Op::kSignal:
-      engine_->Signal(call.id, call.container, call.arg.c_str(), call.grace);
+      e.Signal(call.id, call.container, call.arg.c_str(), call.grace);
       break;
     case Op::kRemove:
-      engine_->Remove(call.container, call.arg);
+      e.Remove(call.container, call.arg);
       break;
   }
   return r;
 }
 
-void DockerLauncher::Queue(EngineCall call) {
+void DockerLauncher::Queue(std::size_t lane, EngineCall call) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    calls_.push_back(std::move(call));
+    lanes_[lane]->calls.push_back(std::move(call));
   }
-  work_cv_.notify_one();
+  work_cv_.notify_all();
 }
 
 bool DockerLauncher::WaitIdle(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  return idle_cv_.wait_for(lock, timeout, [this] { return calls_.empty() && !busy_; });
+  return idle_cv_.wait_for(lock, timeout, [this] {
+    return std::all_of(lanes_.begin(), lanes_.end(),
+                       [](const auto& l) { return l->calls.empty() && !l->busy; });
+  });
+}
+
+std::vector<std::size_t> DockerLauncher::WorkersPerEngine() const {
+  std::vector<std::size_t> n(lanes_.size(), 0);
+  for (const auto& [id, w] : workers_) ++n[w.lane];
+  return n;
 }
 
 bool DockerLauncher::Start(const std::string& id, TimePoint, std::string* error) {
@@ -105,8 +184,21 @@ bool DockerLauncher::Start(const std::string& id, TimePoint, std::string* error)
     *error = "a worker " + id + " is already started";
     return false;
   }
-  workers_[id];  // booked; its container comes with the start's result
-  Queue({Op::kStart, id, {}, CreateBody(id)});
+  // The answering engine with the fewest workers (the first on a tie).
+  std::vector<std::size_t> per = WorkersPerEngine();
+  std::optional<std::size_t> best;
+  for (std::size_t i = 0; i < lanes_.size(); ++i) {
+    if (lanes_[i]->failing) continue;
+    if (!best || per[i] < per[*best]) best = i;
+  }
+  if (!best) {
+    *error = lanes_.size() == 1
+                 ? "the engine does not answer"
+                 : fmt::format("none of the {} engines answers", lanes_.size());
+    return false;
+  }
+  workers_[id].lane = *best;  // booked; its container comes with the start's result
+  Queue(*best, {Op::kStart, id, {}, CreateBody(id)});
   return true;
 }
 
@@ -123,7 +215,10 @@ void DockerLauncher::CancelStop(const std::string& id) {
   it->second.term_at.reset();
 }
 
-void DockerLauncher::Apply(EngineResult result, std::vector<Exited>* exited) {
+void DockerLauncher::Apply(std::size_t lane_index, EngineResult result,
+                           std::vector<Exited>* exited) {
+  Lane& lane = *lanes_[lane_index];
+  const ContainerEngine& e = *lane.engine;
   switch (result.op) {
     case Op::kStart: {
       auto it = workers_.find(result.id);
@@ -133,12 +228,17 @@ void DockerLauncher::Apply(EngineResult result, std::vector<Exited>* exited) {
         if (!result.container.empty()) {
           spdlog::info("worker {}: its {} came up after the launcher stopped "
                        "waiting for it; removing it",
-                       result.id, engine_->unit_word());
-          Queue({Op::kRemove, {}, result.container, ContainerName(result.id)});
+                       result.id, e.unit_word());
+          Queue(lane_index, {Op::kRemove, {}, result.container, ContainerName(result.id)});
         }
         return;
       }
       if (!result.error.empty()) {
+        if (result.unreachable && lanes_.size() > 1 && !lane.failing) {
+          spdlog::warn("{} launcher: engine {} does not answer; skipping it until it does",
+                       e.kind(), e.address());
+          lane.failing = true;
+        }
         exited->push_back({result.id, -1, std::move(result.error)});
         workers_.erase(it);
       } else {
@@ -154,18 +254,19 @@ void DockerLauncher::Apply(EngineResult result, std::vector<Exited>* exited) {
       workers_.erase(result.id);
       return;
     case Op::kList:
-      list_queued_ = false;
+      lane.list_queued = false;
       if (!result.listed) {
-        if (!list_failing_) {
-          spdlog::error("{} launcher: cannot list the pool's {}s: {}", engine_->kind(),
-                        engine_->unit_word(), result.error);
+        if (!lane.failing) {
+          spdlog::error("{} launcher: cannot list the pool's {}s on {}: {}{}", e.kind(),
+                        e.unit_word(), e.address(), result.error,
+                        lanes_.size() > 1 ? " (skipping it until it answers)" : "");
         }
-        list_failing_ = true;
+        lane.failing = true;
         return;  // try again next poll; nothing is decided blind
       }
-      if (list_failing_) spdlog::info("{} launcher: the engine answers again", engine_->kind());
-      list_failing_ = false;
-      ApplyList(*result.listed, exited);
+      if (lane.failing) spdlog::info("{} launcher: engine {} answers again", e.kind(), e.address());
+      lane.failing = false;
+      ApplyList(lane_index, *result.listed, exited);
       return;
     case Op::kSignal:
     case Op::kRemove:
@@ -173,7 +274,9 @@ void DockerLauncher::Apply(EngineResult result, std::vector<Exited>* exited) {
   }
 }
 
-void DockerLauncher::ApplyList(const std::vector<Listed>& listed, std::vector<Exited>* exited) {
+void DockerLauncher::ApplyList(std::size_t lane, const std::vector<Listed>& listed,
+                               std::vector<Exited>* exited) {
+  const ContainerEngine& e = *lanes_[lane]->engine;
   // Calls run first in, first out and their results are applied in that
   // order, so every container known here was created before this list was
   // taken: one it lacks is gone. A worker whose start is still running has
@@ -184,7 +287,7 @@ void DockerLauncher::ApplyList(const std::vector<Listed>& listed, std::vector<Ex
   for (auto it = workers_.begin(); it != workers_.end();) {
     const std::string& id = it->first;
     Worker& w = it->second;
-    if (w.container.empty()) {
+    if (w.lane != lane || w.container.empty()) {
       ++it;
       continue;
     }
@@ -196,10 +299,10 @@ void DockerLauncher::ApplyList(const std::vector<Listed>& listed, std::vector<Ex
     auto found = by_container.find(w.container);
     if (found == by_container.end()) {
       if (w.killed) {
-        spdlog::info("worker {}'s {} is gone", id, engine_->unit_word());
+        spdlog::info("worker {}'s {} is gone", id, e.unit_word());
       } else {
         spdlog::warn("worker {}'s {} disappeared (removed outside the autoscaler)", id,
-                     engine_->unit_word());
+                     e.unit_word());
       }
       exited->push_back({id, -1, {}});
       it = workers_.erase(it);
@@ -208,7 +311,7 @@ void DockerLauncher::ApplyList(const std::vector<Listed>& listed, std::vector<Ex
     const std::string& state = found->second->state;
     if (state == "exited" || state == "dead") {
       w.reaping = true;  // reported once its exit code is read and it is removed
-      Queue({Op::kReap, id, w.container, {}});
+      Queue(lane, {Op::kReap, id, w.container, {}});
     }
     ++it;
   }
@@ -217,16 +320,19 @@ void DockerLauncher::ApplyList(const std::vector<Listed>& listed, std::vector<Ex
     if (tracked_containers.count(l.handle) != 0) continue;
     const bool live = l.state == "running" || l.state == "restarting" || l.state == "paused";
     if (live && !l.worker_id.empty() && workers_.count(l.worker_id) == 0) {
-      workers_[l.worker_id].container = l.handle;
+      Worker& w = workers_[l.worker_id];
+      w.lane = lane;
+      w.container = l.handle;
       adopted_.push_back(l.worker_id);
-      spdlog::info("adopted running {} {} (worker {}) of pool {}", engine_->unit_word(),
-                   ContainerName(l.worker_id), l.worker_id, engine_->options().pool);
+      spdlog::info("adopted running {} {} (worker {}) of pool {}{}{}", e.unit_word(),
+                   ContainerName(l.worker_id), l.worker_id, e.options().pool,
+                   lanes_.size() > 1 ? " on " : "", lanes_.size() > 1 ? e.address() : "");
     } else if (!live) {
       spdlog::info("removing {} {} {} of pool {} left by an earlier run", l.state,
-                   engine_->unit_word(),
+                   e.unit_word(),
                    l.worker_id.empty() ? l.handle.substr(0, 12) : ContainerName(l.worker_id),
-                   engine_->options().pool);
-      Queue({Op::kRemove, {}, l.handle, l.handle.substr(0, 12)});
+                   e.options().pool);
+      Queue(lane, {Op::kRemove, {}, l.handle, l.handle.substr(0, 12)});
     }
     // A running container of the pool with no worker id (made by hand) is
     // left alone.
@@ -235,34 +341,54 @@ void DockerLauncher::ApplyList(const std::vector<Listed>& listed, std::vector<Ex
 
 std::vector<Exited> DockerLauncher::Poll(TimePoint now) {
   std::vector<Exited> exited;
-  std::deque<EngineResult> done;
+  std::vector<std::deque<EngineResult>> done(lanes_.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
-    done.swap(results_);
+    for (std::size_t i = 0; i < lanes_.size(); ++i) done[i].swap(lanes_[i]->results);
   }
-  for (EngineResult& r : done) Apply(std::move(r), &exited);
+  for (std::size_t i = 0; i < lanes_.size(); ++i) {
+    for (EngineResult& r : done[i]) Apply(i, std::move(r), &exited);
+  }
 
-  for (auto& [id, w] : workers_) {
-    if (w.container.empty() || w.reaping) continue;  // signalled once it exists
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    const std::string& id = it->first;
+    Worker& w = it->second;
+    const bool down = lanes_[w.lane]->failing;
+    if (w.container.empty() || w.reaping) {  // signalled once it exists
+      ++it;
+      continue;
+    }
     if (w.term_at && now >= *w.term_at) {
       spdlog::info("worker {} still running {:.1f} s after its stop: SIGTERM", id,
                    std::chrono::duration<double>(w.grace).count());
-      Queue({Op::kSignal, id, w.container, "SIGTERM", w.grace});
+      Queue(w.lane, {Op::kSignal, id, w.container, "SIGTERM", w.grace});
       w.termed = true;
       w.term_at.reset();
       w.kill_at = now + w.grace;
     } else if (w.kill_at && now >= *w.kill_at) {
       spdlog::warn("worker {} ignored SIGTERM for {:.1f} s: SIGKILL", id,
                    std::chrono::duration<double>(w.grace).count());
-      Queue({Op::kSignal, id, w.container, "SIGKILL", w.grace});
+      Queue(w.lane, {Op::kSignal, id, w.container, "SIGKILL", w.grace});
       w.kill_at.reset();
       w.killed = true;
+    } else if (w.killed && down && lanes_.size() > 1) {
+      // Its engine does not answer: nothing can make sure it is gone, and
+      // waiting would hold its place in the pool. Counted gone; if the
+      // engine comes back with it running, the next list adopts it.
+      spdlog::warn("worker {}: its engine {} does not answer; counting it gone", id,
+                   lanes_[w.lane]->engine->address());
+      exited.push_back({id, -1, {}});
+      it = workers_.erase(it);
+      continue;
     }
+    ++it;
   }
 
-  if (!list_queued_) {
-    list_queued_ = true;
-    Queue({Op::kList, {}, {}, {}});
+  for (std::size_t i = 0; i < lanes_.size(); ++i) {
+    if (!lanes_[i]->list_queued) {
+      lanes_[i]->list_queued = true;
+      Queue(i, {Op::kList, {}, {}, {}});
+    }
   }
   return exited;
 }
@@ -286,7 +412,7 @@ void DockerLauncher::StopAll(Duration grace) {
   // containers exist and get the signal too.
   const auto bound = std::chrono::duration_cast<std::chrono::milliseconds>(grace) + Seconds(5);
   if (!WaitIdle(bound)) {
-    spdlog::warn("{} launcher: the engine is slow; stopping anyway", engine_->kind());
+    spdlog::warn("{} launcher: the engine is slow; stopping anyway", name());
   }
   for (const Exited& e : Poll(std::chrono::steady_clock::now())) {
     spdlog::info("worker {} exited (status {})", e.id, e.status);
@@ -295,7 +421,7 @@ void DockerLauncher::StopAll(Duration grace) {
   // SIGTERM makes a worker drain: it finishes what it holds and exits 0.
   for (auto& [id, w] : workers_) {
     if (w.container.empty() || w.termed) continue;
-    Queue({Op::kSignal, id, w.container, "SIGTERM", grace});
+    Queue(w.lane, {Op::kSignal, id, w.container, "SIGTERM", grace});
     w.termed = true;
     w.term_at.reset();
   }
@@ -311,7 +437,7 @@ void DockerLauncher::StopAll(Duration grace) {
         if (w.container.empty()) continue;
         spdlog::warn("worker {} did not drain within {:.1f} s: SIGKILL", id,
                      std::chrono::duration<double>(grace).count());
-        Queue({Op::kSignal, id, w.container, "SIGKILL", grace});
+        Queue(w.lane, {Op::kSignal, id, w.container, "SIGKILL", grace});
         w.kill_at.reset();
         w.killed = true;
       }
@@ -319,11 +445,11 @@ void DockerLauncher::StopAll(Duration grace) {
     }
     if (now - start >= 2 * grace + Seconds(5)) {
       for (auto& [id, w] : workers_) {
-        if (!w.container.empty()) Queue({Op::kRemove, {}, w.container, ContainerName(id)});
+        if (!w.container.empty()) Queue(w.lane, {Op::kRemove, {}, w.container, ContainerName(id)});
       }
       spdlog::error("gave up waiting for {} containers; removing them by force", workers_.size());
       workers_.clear();
-      WaitIdle(engine_->options().api_timeout * 2);
+      WaitIdle(engine().options().api_timeout * 2);
       break;
     }
     // Shutdown only: the engine has no event we could wait on cheaply here.

@@ -53,6 +53,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -61,29 +62,39 @@
 
 #include "autoscaler/container_engine.h"
 #include "autoscaler/launcher.h"
-#include <memory>
 
 namespace fleet::autoscaler {
 
 class DockerLauncher : public Launcher {
  public:
-  // The Docker launcher: a DockerEngine from `options` (its constructor
-  // checks the mounts (std::invalid_argument, before any engine call), then
-  // that the engine answers on the socket, speaks API >= 1.41, has the
-  // image and (when named) the network; std::runtime_error saying what is
-  // wrong and what to do). Then starts the engine thread.
+  // The Docker launcher over one engine: a DockerEngine from `options`
+  // (the mounts are checked first, std::invalid_argument; then that the
+  // engine answers, speaks API >= 1.41, has the image and (when named) the
+  // network; std::runtime_error saying what is wrong and what to do). Then
+  // starts the engine thread.
   explicit DockerLauncher(DockerOptions options);
   // The same loop over another engine (SwarmEngine: --launcher swarm).
   explicit DockerLauncher(std::unique_ptr<ContainerEngine> engine);
+  // Several engines (--docker-engine, repeatable), each with its own engine
+  // thread: a start goes to the answering engine with the fewest workers
+  // (the first of those on a tie); an engine whose list or create fails is
+  // skipped until a list answers again; the workers of an engine that does
+  // not answer when they are to be killed are counted gone (and adopted if
+  // it comes back with them running). Each engine is checked as above;
+  // one that does not answer now is only skipped (checked again before its
+  // next list) unless none answers: then, or on any other finding (no
+  // image, no network), this throws.
+  explicit DockerLauncher(std::vector<std::unique_ptr<ContainerEngine>> engines);
   // Finishes the engine calls already queued (each bounded by api_timeout),
-  // then stops the engine thread. Leaves the units running: a restarted
+  // then stops the engine threads. Leaves the units running: a restarted
   // autoscaler adopts them.
   ~DockerLauncher() override;
   DockerLauncher(const DockerLauncher&) = delete;
   DockerLauncher& operator=(const DockerLauncher&) = delete;
 
-  const char* name() const override { return engine_->kind(); }
-  // Never waits for the engine: false only for an id already known.
+  const char* name() const override { return lanes_.front()->engine->kind(); }
+  // Never waits for the engine: false for an id already known, or when no
+  // engine answers.
   bool Start(const std::string& id, TimePoint now, std::string* error) override;
   void Stop(const std::string& id, Duration grace, TimePoint now) override;
   void CancelStop(const std::string& id) override;
@@ -94,18 +105,25 @@ class DockerLauncher : public Launcher {
   std::vector<std::string> Alive() const override;
   void StopAll(Duration grace) override;
 
-  // Waits until the engine thread has done every call queued so far (its
-  // results wait for the next Poll). False if that took longer than
+  // Waits until the engine threads have done every call queued so far
+  // (their results wait for the next Poll). False if that took longer than
   // `timeout`. For tests and StopAll; the loop never waits.
   bool WaitIdle(std::chrono::milliseconds timeout);
 
   // The container (or service) name for worker `id` ("POOL-ID").
-  std::string ContainerName(const std::string& id) const { return engine_->UnitName(id); }
+  std::string ContainerName(const std::string& id) const {
+    return lanes_.front()->engine->UnitName(id);
+  }
   // The JSON body of the create call for worker `id` (for tests and logs).
-  std::string CreateBody(const std::string& id) const { return engine_->CreateBody(id); }
+  std::string CreateBody(const std::string& id) const {
+    return lanes_.front()->engine->CreateBody(id);
+  }
+  // How many workers each engine runs, in the order given (for tests).
+  std::vector<std::size_t> WorkersPerEngine() const;
 
  private:
   struct Worker {
+    std::size_t lane = 0;   // which engine runs it
     std::string container;  // the unit's engine id; empty while its start runs
     bool reaping = false;   // seen exited: exit code and removal queued
     std::optional<TimePoint> term_at;
@@ -115,7 +133,7 @@ class DockerLauncher : public Launcher {
     bool killed = false;  // SIGKILL sent (a swarm service is then removed)
   };
   using Listed = ContainerEngine::Unit;
-  // One call for the engine thread, and what came of it.
+  // One call for an engine thread, and what came of it.
   enum class Op { kStart, kList, kReap, kSignal, kRemove };
   struct EngineCall {
     Op op;
@@ -131,35 +149,43 @@ class DockerLauncher : public Launcher {
     std::string error;      // start, reap: why it never ran; list: why there is no list
     int exit_code = -1;     // reap
     std::optional<std::vector<Listed>> listed;  // list
+    bool unreachable = false;  // start, list: the engine did not answer at all
+  };
+  // One engine, its thread and its queues.
+  struct Lane {
+    std::unique_ptr<ContainerEngine> engine;
+    // The loop's.
+    bool list_queued = false;  // a list is queued or running
+    bool failing = false;      // its last list or create failed: no starts
+    // Shared with its thread under mu_.
+    bool checked = false;  // its constructor checks passed (else redone before a list)
+    std::deque<EngineCall> calls;
+    std::deque<EngineResult> results;
+    bool busy = false;  // the thread is running a call
+    std::thread thread;
   };
 
-  // The engine thread's side (and the constructor's, before it starts).
-  void EngineLoop();
-  EngineResult Execute(const EngineCall& call);
+  // An engine thread's side.
+  void EngineLoop(Lane* lane);
+  EngineResult Execute(Lane* lane, const EngineCall& call);
 
   // The loop's side.
-  void Queue(EngineCall call);
-  void Apply(EngineResult result, std::vector<Exited>* exited);
-  void ApplyList(const std::vector<Listed>& listed, std::vector<Exited>* exited);
+  void Queue(std::size_t lane, EngineCall call);
+  void Apply(std::size_t lane, EngineResult result, std::vector<Exited>* exited);
+  void ApplyList(std::size_t lane, const std::vector<Listed>& listed,
+                 std::vector<Exited>* exited);
+  const ContainerEngine& engine() const { return *lanes_.front()->engine; }
 
-  // The engine thread's once it runs (the loop reads only its options and
-  // the template).
-  std::unique_ptr<ContainerEngine> engine_;
-  std::map<std::string, Worker> workers_;  // by worker id
-  std::vector<std::string> adopted_;       // since the last TakeAdopted
-  bool list_failing_ = false;              // one log line per outage
-  bool list_queued_ = false;               // a list is queued or running
+  std::vector<std::unique_ptr<Lane>> lanes_;  // fixed after the constructor
+  std::map<std::string, Worker> workers_;     // by worker id
+  std::vector<std::string> adopted_;          // since the last TakeAdopted
 
-  // Shared with the engine thread.
+  // Shared with the engine threads.
   std::mutex mu_;
   std::condition_variable work_cv_;  // calls queued, or stopping
   std::condition_variable idle_cv_;  // a call finished
-  std::deque<EngineCall> calls_;
-  std::deque<EngineResult> results_;
-  bool busy_ = false;  // the engine thread is running a call
   bool stop_ = false;
   std::chrono::steady_clock::time_point stop_deadline_{};  // set with stop_
-  std::thread engine_thread_;  // last: started once everything above exists
 };
 
 }  // namespace fleet::autoscaler

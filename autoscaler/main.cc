@@ -88,7 +88,18 @@ int main(int argc, char** argv) {
   app.add_option("--stop-command", stop_command,
                  "command launcher: /bin/sh command that stops worker {id}");
   app.add_option("--docker-socket", docker.socket_path,
-                 "docker launcher: the Docker Engine's unix socket")->capture_default_str();
+                 "docker and swarm launchers: the Docker Engine's unix socket (swarm: a "
+                 "manager's)")->capture_default_str();
+  std::vector<std::string> docker_engines;
+  app.add_option("--docker-engine", docker_engines,
+                 "docker launcher: an engine to run workers on, instead of --docker-socket: a "
+                 "unix socket path, or tcp://HOST:PORT with TLS (--docker-tls-dir). Repeat it "
+                 "(or comma-separate in FLEET_DOCKER_ENGINE) to spread the workers over several "
+                 "engines: each start goes to the answering engine with the fewest workers; one "
+                 "that fails is skipped until it answers again")->delimiter(',');
+  app.add_option("--docker-tls-dir", docker.tls_dir,
+                 "docker launcher: directory with ca.pem, cert.pem and key.pem (the engines' CA "
+                 "and this client's certificate) for tcp:// engines");
   app.add_option("--docker-image", docker.image, "docker launcher: image the workers run")
       ->capture_default_str();
   app.add_option("--docker-network", docker.network,
@@ -244,9 +255,21 @@ int main(int argc, char** argv) {
       docker.worker_args = worker_args;
       docker.stop_grace = o.grace;
       if (launcher_kind == "swarm") {
+        if (!docker_engines.empty()) {
+          throw std::invalid_argument("--docker-engine is for the docker launcher; the swarm "
+                                      "launcher talks to one manager (--docker-socket)");
+        }
         launcher = std::make_unique<DockerLauncher>(std::make_unique<SwarmEngine>(docker));
-      } else {
+      } else if (docker_engines.empty()) {
         launcher = std::make_unique<DockerLauncher>(docker);
+      } else {
+        std::vector<std::unique_ptr<ContainerEngine>> engines;
+        for (const std::string& address : docker_engines) {
+          DockerOptions one = docker;
+          one.socket_path = address;
+          engines.push_back(std::make_unique<DockerEngine>(one));
+        }
+        launcher = std::make_unique<DockerLauncher>(std::move(engines));
       }
     }
     const auto metrics_timeout =

@@ -127,6 +127,11 @@ HttpResponse HttpClient::Perform(Method method, const std::string& url, std::str
     if (!options.unix_socket_path.empty()) {
       curl_easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, options.unix_socket_path.c_str());
     }
+    if (!options.ca_file.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, options.ca_file.c_str());
+    if (!options.cert_file.empty()) {
+      curl_easy_setopt(curl, CURLOPT_SSLCERT, options.cert_file.c_str());
+    }
+    if (!options.key_file.empty()) curl_easy_setopt(curl, CURLOPT_SSLKEY, options.key_file.c_str());
     if (!options.username.empty()) {
       curl_easy_setopt(curl, CURLOPT_HTTPAUTH, long{CURLAUTH_BASIC});
       curl_easy_setopt(curl, CURLOPT_USERNAME, options.username.c_str());

@@ -26,6 +26,11 @@ struct HttpOptions {
   // Connect through this unix socket instead of TCP (the URL's host is then
   // only sent as the Host header), e.g. "/var/run/docker.sock".
   std::string unix_socket_path;
+  // HTTPS: the CA to verify the server with instead of the system's, and a
+  // client certificate and key (PEM files), e.g. a TLS Docker engine's.
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
   // HTTP basic auth when username is non-empty.
   std::string username;
   std::string password;

@@ -365,6 +365,116 @@ TEST_F(DockerLauncherFakeTest, ContainerRemovedBehindItsBackCountsAsExited) {
   EXPECT_TRUE(l.Alive().empty());
 }
 
+// --- several engines (--docker-engine, repeated) ---------------------------
+
+class DockerEnginesTest : public DockerLauncherFakeTest {
+ protected:
+  // Launchers over engine_ (first) and a second engine at `second`.
+  std::unique_ptr<DockerLauncher> Two(const std::string& second) {
+    std::vector<std::unique_ptr<ContainerEngine>> engines;
+    engines.push_back(std::make_unique<DockerEngine>(Options()));
+    DockerOptions o = Options();
+    o.socket_path = second;
+    engines.push_back(std::make_unique<DockerEngine>(o));
+    return std::make_unique<DockerLauncher>(std::move(engines));
+  }
+  std::string socket2_ = dir_.path() + "/docker2.sock";
+};
+
+TEST_F(DockerEnginesTest, StartsGoToTheEngineWithTheFewestWorkers) {
+  FakeEngine second(socket2_);
+  engine_.SetContainers({ListEntry("a1", "running", "p1", "w9")});  // adopted: one already
+  auto l = Two(socket2_);
+  EXPECT_TRUE(Settle(*l, TimePoint{}).empty());
+  EXPECT_THAT(l->TakeAdopted(), ::testing::ElementsAre("w9"));
+  std::string err;
+  for (const char* id : {"w1", "w2", "w3"}) ASSERT_TRUE(l->Start(id, TimePoint{}, &err)) << err;
+  ASSERT_TRUE(l->WaitIdle(std::chrono::seconds(20)));
+  // w1 to the empty second engine, then one each (a tie goes to the first).
+  EXPECT_THAT(l->WorkersPerEngine(), ::testing::ElementsAre(2u, 2u));
+  EXPECT_THAT(second.Matching("POST /v1.41/containers/create"),
+              ::testing::ElementsAre("POST /v1.41/containers/create?name=p1-w1",
+                                     "POST /v1.41/containers/create?name=p1-w3"));
+  EXPECT_THAT(engine_.Matching("POST /v1.41/containers/create"),
+              ::testing::ElementsAre("POST /v1.41/containers/create?name=p1-w2"));
+}
+
+TEST_F(DockerEnginesTest, AFailingEngineIsSkippedUntilItAnswersAgain) {
+  FakeEngine second(socket2_);
+  second.Set("GET /v1.41/containers/json", 500, R"({"message":"engine is shutting down"})");
+  auto l = Two(socket2_);
+  EXPECT_TRUE(Settle(*l, TimePoint{}).empty());
+  // (This fake engine names every container c1.)
+  engine_.SetContainers({ListEntry("c1", "running", "p1", "w1")});
+  std::string err;
+  for (const char* id : {"w1", "w2", "w3"}) ASSERT_TRUE(l->Start(id, TimePoint{}, &err)) << err;
+  ASSERT_TRUE(l->WaitIdle(std::chrono::seconds(20)));
+  EXPECT_THAT(l->WorkersPerEngine(), ::testing::ElementsAre(3u, 0u));
+  EXPECT_TRUE(second.Matching("POST /v1.41/containers/create").empty());
+
+  second.Set("GET /v1.41/containers/json", 200, "[]");
+  Settle(*l, TimePoint{}, 2);  // its list answers again
+  ASSERT_TRUE(l->Start("w4", TimePoint{}, &err)) << err;
+  ASSERT_TRUE(l->WaitIdle(std::chrono::seconds(20)));
+  EXPECT_THAT(second.Matching("POST /v1.41/containers/create"),
+              ::testing::ElementsAre("POST /v1.41/containers/create?name=p1-w4"));
+}
+
+TEST_F(DockerEnginesTest, AnEngineDownAtStartUpIsSkippedThenUsedOnceItAnswers) {
+  engine_.SetContainers({ListEntry("c1", "running", "p1", "w1")});
+  auto l = Two(socket2_);  // nothing listens on the second socket yet
+  std::string err;
+  ASSERT_TRUE(l->Start("w1", TimePoint{}, &err)) << err;
+  EXPECT_THAT(l->WorkersPerEngine(), ::testing::ElementsAre(1u, 0u));
+  Settle(*l, TimePoint{}, 1);
+  FakeEngine second(socket2_);
+  Settle(*l, TimePoint{}, 2);  // its list checks it first, then lists it
+  ASSERT_TRUE(l->Start("w2", TimePoint{}, &err)) << err;
+  ASSERT_TRUE(l->WaitIdle(std::chrono::seconds(20)));
+  EXPECT_THAT(second.Matching("POST /v1.41/containers/create"),
+              ::testing::ElementsAre("POST /v1.41/containers/create?name=p1-w2"));
+  EXPECT_EQ(second.Matching("GET /v1.41/images/fleet:test/json").size(), 1u);  // checked
+}
+
+TEST_F(DockerEnginesTest, NoEngineAnsweringIsAnErrorAndSoIsAnyOtherFinding) {
+  DockerOptions missing = Options();
+  missing.socket_path = dir_.path() + "/none.sock";
+  std::vector<std::unique_ptr<ContainerEngine>> engines;
+  engines.push_back(std::make_unique<DockerEngine>(missing));
+  missing.socket_path = socket2_;
+  engines.push_back(std::make_unique<DockerEngine>(missing));
+  EXPECT_THAT(ThrownBy([&] { DockerLauncher l(std::move(engines)); }),
+              HasSubstr("no engine answers"));
+  // An engine that answers but lacks the image is a mistake, not an outage.
+  FakeEngine second(socket2_);
+  second.Set("GET /v1.41/images/", 404, R"({"message":"no such image"})");
+  EXPECT_THAT(ThrownBy([&] { Two(socket2_); }), HasSubstr("image fleet:test does not exist"));
+  // And a tcp:// engine without TLS is refused before anything is asked.
+  DockerOptions tcp = Options();
+  tcp.socket_path = "tcp://127.0.0.1:2375";
+  EXPECT_THAT(ThrownBy([&] { DockerEngine e(tcp); }), HasSubstr("needs TLS"));
+}
+
+TEST_F(DockerEnginesTest, AKilledWorkerOfAnEngineThatStoppedAnsweringIsCountedGone) {
+  FakeEngine second(socket2_);
+  auto l = Two(socket2_);
+  std::string err;
+  ASSERT_TRUE(l->Start("w1", TimePoint{}, &err)) << err;  // to the first (tie)
+  ASSERT_TRUE(l->Start("w2", TimePoint{}, &err)) << err;  // to the second
+  second.Set("GET /v1.41/containers/json", 200, "[" + ListEntry("c1", "running", "p1", "w2") + "]");
+  engine_.SetContainers({ListEntry("c1", "running", "p1", "w1")});
+  EXPECT_TRUE(Settle(*l, TimePoint{}).empty());
+  EXPECT_THAT(l->WorkersPerEngine(), ::testing::ElementsAre(1u, 1u));
+  second.Set("GET /v1.41/containers/json", 500, R"({"message":"down"})");
+  l->Stop("w2", Seconds(1), TimePoint{});
+  EXPECT_TRUE(Settle(*l, TimePoint{} + Seconds(1)).empty());  // SIGTERM (lost)
+  // SIGKILL (lost too), then it is counted gone rather than kept forever.
+  std::vector<Exited> exited = Settle(*l, TimePoint{} + Seconds(2));
+  ASSERT_EQ(exited.size(), 1u);
+  EXPECT_EQ(exited[0].id, "w2");
+  EXPECT_THAT(l->Alive(), ::testing::ElementsAre("w1"));
+}
+
 TEST(ParseByteSizeTest, UnitsAndGarbage) {
   EXPECT_EQ(ParseByteSize("0"), 0);
   EXPECT_EQ(ParseByteSize("4096"), 4096);

@@ -2,6 +2,10 @@
 """The docker launcher over two Docker engines on this machine: the system's
 and a second dockerd this test starts (its own socket, data root, exec root,
 containerd and bridge; no iptables rules), with fleet:latest loaded into it.
+The autoscaler reaches the second engine over TCP with TLS client
+certificates (tcp://127.0.0.1:PORT, --docker-tls-dir; a CA, server and
+client certificate made here with openssl), the way a remote engine is
+reached.
 
 fleet-broker and fleet-autoscaler run on this host (--launcher docker, two
 --docker-engine, --min 0 --max 4; the workers use the host network and reach
@@ -46,11 +50,40 @@ class SecondEngine:
     def __init__(self, root):
         self.root = root
         self.socket = os.path.join(root, "docker.sock")
+        self.port = random.randrange(20000, 30000)
+        self.tcp = f"tcp://127.0.0.1:{self.port}"
+        self.tls = os.path.join(root, "server-tls")
+        self.client_tls = os.path.join(root, "client-tls")
         self.bridge = f"fltbr{os.getpid() % 100000}"
         self.proc = None
         os.makedirs(root, exist_ok=True)
         with open(os.path.join(root, "daemon.json"), "w") as f:
             f.write("{}\n")  # not the system daemon's settings (its data root)
+        self.make_certificates()
+
+    def make_certificates(self):
+        """A CA, the engine's certificate for 127.0.0.1 and a client's."""
+        os.makedirs(self.tls)
+        os.makedirs(self.client_tls)
+        ca, ca_key = os.path.join(self.tls, "ca.pem"), os.path.join(self.tls, "ca-key.pem")
+        steps = [["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key,
+                  "-out", ca, "-days", "1", "-subj", "/CN=fleet test CA"]]
+        for who, usage, alt in (("server", "serverAuth", "subjectAltName=IP:127.0.0.1\n"),
+                                ("client", "clientAuth", "")):
+            d = self.tls if who == "server" else self.client_tls
+            ext = os.path.join(self.root, who + ".ext")
+            with open(ext, "w") as f:
+                f.write(f"{alt}extendedKeyUsage={usage}\n")
+            steps += [["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                       os.path.join(d, "key.pem"), "-out", os.path.join(self.root, who + ".csr"),
+                       "-subj", f"/CN=fleet test {who}"],
+                      ["openssl", "x509", "-req", "-in", os.path.join(self.root, who + ".csr"),
+                       "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-days", "1",
+                       "-extfile", ext, "-out", os.path.join(d, "cert.pem")]]
+        for cmd in steps:
+            r = run(*cmd)
+            check(r.returncode == 0, f"{' '.join(cmd[:3])}: {r.stderr[-500:]}")
+        shutil.copy(ca, os.path.join(self.client_tls, "ca.pem"))
 
     def start(self):
         if run("ip", "link", "show", self.bridge).returncode != 0:
@@ -63,7 +96,11 @@ class SecondEngine:
         self.log = open(os.path.join(self.root, "dockerd.log"), "a")
         self.proc = subprocess.Popen(
             ["dockerd", "--config-file", os.path.join(self.root, "daemon.json"),
-             "--host", "unix://" + self.socket, "--data-root", os.path.join(self.root, "data"),
+             "--host", "unix://" + self.socket, "--host", self.tcp, "--tlsverify",
+             "--tlscacert", os.path.join(self.tls, "ca.pem"),
+             "--tlscert", os.path.join(self.tls, "cert.pem"),
+             "--tlskey", os.path.join(self.tls, "key.pem"),
+             "--data-root", os.path.join(self.root, "data"),
              "--exec-root", os.path.join(self.root, "exec"),
              "--pidfile", os.path.join(self.root, "docker.pid"), "--bridge", self.bridge,
              "--iptables=false", "--ip-masq=false"],
@@ -137,7 +174,8 @@ class Fleet:
         self.start("autoscaler", [
             os.path.join(self.bin, "fleet-autoscaler"), "--control", self.control,
             "--metrics-source", metrics, "--launcher", "docker",
-            "--docker-engine", SYSTEM, "--docker-engine", self.second.socket,
+            "--docker-engine", SYSTEM, "--docker-engine", self.second.tcp,
+            "--docker-tls-dir", self.second.client_tls,
             "--docker-image", "fleet:latest", "--docker-network", "host",
             "--docker-worker-metrics-port", "0", "--docker-pool", self.pool,
             "--worker-args", f"--broker {self.backend} --handler sleep --concurrency 2",

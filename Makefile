@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build test demo clean format fuzz sanitize soak bench bench-python bench-flood bench-gridsearch
+.PHONY: all deps configure build test demo clean format fuzz sanitize soak bench bench-python bench-flood bench-gridsearch test-kubernetes
 
 all: build
 
@@ -70,6 +70,15 @@ bench-flood: build
 # About 3 minutes on 2 cores.
 bench-gridsearch: build
 	@/usr/bin/python3 bench/gridsearch_bench.py --bin $(abspath $(BUILD_DIR))/bin $(BENCH)
+
+# The Kubernetes launcher against a real kube-apiserver and etcd, built from
+# the Go module proxy by scripts/kube-apiserver.sh into FLEET_KUBE_CACHE
+# (default ~/.cache/fleet-kube): about 5-10 minutes and 2 GB the first time
+# (Go 1.24+ needed), cached after. The test itself takes about 30 s
+# (tests/kubernetes/kube_test.py). Not part of make test.
+test-kubernetes: build
+	@/usr/bin/python3 tests/kubernetes/kube_test.py --bin-dir $(abspath $(BUILD_DIR))/bin \
+	  --kube-bin "$$(bash scripts/kube-apiserver.sh)" --source-dir $(CURDIR)
 
 clean:
 	rm -rf $(BUILD_DIR)

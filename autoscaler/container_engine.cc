@@ -73,7 +73,7 @@ std::optional<std::int64_t> ParseByteSize(const std::string& text) {
 
 // --- what both engines share ----------------------------------------------
 
-ContainerEngine::ContainerEngine(DockerOptions options) : options_(std::move(options)) {
+DockerApiEngine::DockerApiEngine(DockerOptions options) : ContainerEngine(std::move(options)) {
   std::string& a = options_.socket_path;
   if (a.starts_with("unix://")) a = a.substr(7);
   if (a.starts_with("tcp://")) {
@@ -100,9 +100,10 @@ ContainerEngine::ContainerEngine(DockerOptions options) : options_(std::move(opt
                                 ": expected a unix socket path or tcp://HOST:PORT");
   }
   CheckDockerMounts(options_.mounts, a);
+  address_ = a;
 }
 
-http::HttpResponse ContainerEngine::Call(http::Method method, const std::string& path,
+http::HttpResponse DockerApiEngine::Call(http::Method method, const std::string& path,
                                          const std::string& body) {
   http::HttpResponse r = http_.Perform(method, base_url_ + "/" + kDockerApiVersion + path, body,
                                        options_.api_timeout, http_options_);
@@ -110,13 +111,13 @@ http::HttpResponse ContainerEngine::Call(http::Method method, const std::string&
   return r;
 }
 
-http::HttpResponse ContainerEngine::Get(const std::string& path) {
+http::HttpResponse DockerApiEngine::Get(const std::string& path) {
   http::HttpResponse r = http_.Get(base_url_ + path, options_.api_timeout, http_options_);
   unreachable_ = r.status == 0;
   return r;
 }
 
-std::string ContainerEngine::CheckEngine(bool need_image, std::string* network_json) {
+std::string DockerApiEngine::CheckEngine(bool need_image, std::string* network_json) {
   struct stat st {};
   if (!http_options_.unix_socket_path.empty() && stat(options_.socket_path.c_str(), &st) != 0) {
     unreachable_ = true;
@@ -228,7 +229,7 @@ std::optional<std::string> PoolWorkerId(const json& labels, const std::string& p
 
 // --- Docker: one container per worker ---------------------------------------
 
-DockerEngine::DockerEngine(DockerOptions options) : ContainerEngine(std::move(options)) {
+DockerEngine::DockerEngine(DockerOptions options) : DockerApiEngine(std::move(options)) {
   if (options_.network.starts_with("container:")) {
     throw std::runtime_error("docker launcher: --docker-network container:... would put workers "
                              "in another container's namespace; name a network");
@@ -366,7 +367,7 @@ void DockerEngine::Remove(const std::string& container, const std::string& what)
 
 // --- Swarm: one service of one replica per worker --------------------------
 
-SwarmEngine::SwarmEngine(DockerOptions options) : ContainerEngine(std::move(options)) {
+SwarmEngine::SwarmEngine(DockerOptions options) : DockerApiEngine(std::move(options)) {
   if (options_.network == "host" || options_.network.starts_with("container:") ||
       options_.network == "bridge" || options_.network == "none") {
     throw std::runtime_error(fmt::format(
@@ -549,7 +550,7 @@ std::optional<std::vector<ContainerEngine::Unit>> SwarmEngine::List(std::string*
     const bool scaled_to_zero =
         replicated.is_object() && replicated.value("Replicas", json()) == json(0);
     out.push_back({s["ID"].get<std::string>(), std::move(*worker),
-                   scaled_to_zero ? "exited" : "created"});
+                   scaled_to_zero ? "exited" : "created", {}});
     names.push_back(out.back().handle);
   }
   if (out.empty()) return out;

@@ -88,6 +88,12 @@ struct DockerOptions {
   // `docker stack rm` by hand gives the worker this long to drain); the
   // autoscaler's own stops set it to their grace.
   Duration stop_grace = Seconds(30);
+  // Kubernetes only (--launcher kubernetes, kubernetes_engine.h).
+  std::string kube_api;           // API server URL; empty: from kubeconfig or in-cluster
+  std::string kube_config;        // kubeconfig file (YAML or JSON); empty: in-cluster
+  std::string kube_namespace;     // empty: the kubeconfig context's, the pod's, or default
+  std::string kube_pod_template;  // a Pod manifest file (YAML or JSON); empty: built in
+  std::string kube_owner_pod;     // the autoscaler's own pod (owner of the workers' pods)
   // Each Engine API call waits at most this.
   std::chrono::milliseconds api_timeout{10000};
 };
@@ -99,6 +105,9 @@ class ContainerEngine {
     std::string handle;     // container or service id
     std::string worker_id;  // its fleet.worker-id label; empty if none
     std::string state;      // created, running, restarting, paused, exited, dead
+    // Why a unit is not running yet, when the engine says (a pod that
+    // cannot be scheduled, an image that cannot be pulled); for logs.
+    std::string note;
   };
 
   virtual ~ContainerEngine() = default;
@@ -108,7 +117,7 @@ class ContainerEngine {
   // engine is down or unreachable, as opposed to refusing the request.
   bool unreachable() const { return unreachable_; }
   // The engine as configured, for logs.
-  const std::string& address() const { return options_.socket_path; }
+  const std::string& address() const { return address_; }
   // "docker" or "swarm" (the launcher's name in logs).
   virtual const char* kind() const = 0;
   // What a unit is called in logs: "container" or "service".
@@ -135,8 +144,22 @@ class ContainerEngine {
   const DockerOptions& options() const { return options_; }
 
  protected:
+  explicit ContainerEngine(DockerOptions options) : options_(std::move(options)) {}
+  // The worker's environment and the /bin/sh command of the template.
+  std::vector<std::string> Env() const;
+  std::string Command(const std::string& id) const;
+
+  DockerOptions options_;
+  std::string address_;  // for logs: the socket, tcp:// address or API URL
+  bool unreachable_ = false;
+};
+
+// What the Docker and Swarm engines share: the Docker Engine API on a unix
+// socket or over TCP with TLS.
+class DockerApiEngine : public ContainerEngine {
+ protected:
   // Checks the mounts and the address (std::invalid_argument).
-  explicit ContainerEngine(DockerOptions options);
+  explicit DockerApiEngine(DockerOptions options);
   // One Engine API call (path after the version, e.g. "/containers/json").
   http::HttpResponse Call(http::Method method, const std::string& path,
                           const std::string& body = {});
@@ -146,18 +169,13 @@ class ContainerEngine {
   // Returns the engine's API version.
   std::string CheckEngine(bool need_image, std::string* network_json);
   http::HttpResponse Get(const std::string& path);  // unversioned: /_ping, /version, /info
-  // The worker's environment, labels and the /bin/sh command of the template.
-  std::vector<std::string> Env() const;
-  std::string Command(const std::string& id) const;
 
-  DockerOptions options_;
   std::string base_url_;  // http://docker (unix socket) or https://HOST:PORT
   http::HttpClient http_;
   http::HttpOptions http_options_;
-  bool unreachable_ = false;
 };
 
-class DockerEngine : public ContainerEngine {
+class DockerEngine : public DockerApiEngine {
  public:
   explicit DockerEngine(DockerOptions options);
   void Check() override;
@@ -172,7 +190,7 @@ class DockerEngine : public ContainerEngine {
   void Remove(const std::string& handle, const std::string& what) override;
 };
 
-class SwarmEngine : public ContainerEngine {
+class SwarmEngine : public DockerApiEngine {
  public:
   explicit SwarmEngine(DockerOptions options);
   void Check() override;

@@ -298,7 +298,7 @@ void DockerLauncher::ApplyList(std::size_t lane, const std::vector<Listed>& list
     }
     auto found = by_container.find(w.container);
     if (found == by_container.end()) {
-      if (w.killed) {
+      if (w.killed || w.termed) {
         spdlog::info("worker {}'s {} is gone", id, e.unit_word());
       } else {
         spdlog::warn("worker {}'s {} disappeared (removed outside the autoscaler)", id,
@@ -309,6 +309,12 @@ void DockerLauncher::ApplyList(std::size_t lane, const std::vector<Listed>& list
       continue;
     }
     const std::string& state = found->second->state;
+    if (found->second->note != w.note) {
+      // Why it is not running yet (once per change): unschedulable, an
+      // image it cannot pull, ...
+      w.note = found->second->note;
+      if (!w.note.empty()) spdlog::warn("worker {} is not running yet: {}", id, w.note);
+    }
     if (state == "exited" || state == "dead") {
       w.reaping = true;  // reported once its exit code is read and it is removed
       Queue(lane, {Op::kReap, id, w.container, {}});

@@ -131,6 +131,7 @@ class DockerLauncher : public Launcher {
     Duration grace{};
     bool termed = false;
     bool killed = false;  // SIGKILL sent (a swarm service is then removed)
+    std::string note;     // why it is not running yet, as last logged
   };
   using Listed = ContainerEngine::Unit;
   // One call for an engine thread, and what came of it.

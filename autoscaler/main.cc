@@ -10,6 +10,7 @@
 #include "autoscaler/autoscaler.h"
 #include "autoscaler/command_launcher.h"
 #include "autoscaler/docker_launcher.h"
+#include "autoscaler/kubernetes_engine.h"
 #include "autoscaler/process_launcher.h"
 #include "common/curve.h"
 #include "common/endpoint.h"
@@ -73,9 +74,11 @@ int main(int argc, char** argv) {
   app.add_option("--launcher", launcher_kind, "how workers start: process (local child "
                  "processes), docker (containers through the Docker Engine API), swarm (one "
                  "Docker Swarm service per worker, through a manager's Engine API; the "
-                 "--docker-* flags apply), command (your own start/stop commands)")
+                 "--docker-* flags apply), kubernetes (one Pod per worker through the Kubernetes "
+                 "API; --docker-image, -memory, -cpus, -env, -pool, -worker-metrics-port apply), "
+                 "command (your own start/stop commands)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"process", "command", "docker", "swarm"}));
+      ->check(CLI::IsMember({"process", "command", "docker", "swarm", "kubernetes"}));
   app.add_option("--worker-args", worker_args,
                  "shell words passed to each fleet-worker after --id (process and docker "
                  "launchers), "
@@ -134,6 +137,23 @@ int main(int argc, char** argv) {
                  "swarm launcher: spread the workers evenly over the values of this node "
                  "label, e.g. node.labels.zone (repeatable; comma-separated in "
                  "FLEET_SWARM_SPREAD)")->delimiter(',');
+  app.add_option("--kubeconfig", docker.kube_config,
+                 "kubernetes launcher: kubeconfig file (YAML or JSON; its current context's "
+                 "server, credentials and namespace); without it, the pod's service account "
+                 "in the cluster");
+  app.add_option("--kube-api", docker.kube_api,
+                 "kubernetes launcher: the API server's URL, over the kubeconfig's or the "
+                 "cluster's");
+  app.add_option("--kube-namespace", docker.kube_namespace,
+                 "kubernetes launcher: namespace of the worker pods (default: the kubeconfig "
+                 "context's, the service account's, or default)");
+  app.add_option("--kube-pod-template", docker.kube_pod_template,
+                 "kubernetes launcher: a Pod manifest (YAML or JSON) the worker pods are made "
+                 "from: node selector, tolerations, resources, image, service account... (its "
+                 "container named worker, or the first, runs fleet-worker)");
+  app.add_option("--kube-owner-pod", docker.kube_owner_pod,
+                 "kubernetes launcher: this autoscaler's own pod (downward API metadata.name): "
+                 "the owner of every worker pod, so that none outlives it");
   app.add_option("--docker-worker-metrics-port", docker.metrics_port,
                  "docker launcher: port of each worker's /metrics (labelled for Prometheus' "
                  "docker_sd_configs); 0 = off")->capture_default_str()->check(CLI::Range(0, 65535));
@@ -254,7 +274,14 @@ int main(int argc, char** argv) {
       for (const std::string& spec : docker_mounts) docker.mounts.push_back(ParseDockerMount(spec));
       docker.worker_args = worker_args;
       docker.stop_grace = o.grace;
-      if (launcher_kind == "swarm") {
+      if (launcher_kind == "kubernetes") {
+        if (!docker_engines.empty() || !docker.constraints.empty() || !docker.spread.empty()) {
+          throw std::invalid_argument("--docker-engine, --swarm-constraint and --swarm-spread "
+                                      "do not apply to --launcher kubernetes (placement: the "
+                                      "pod template's nodeSelector and affinity)");
+        }
+        launcher = std::make_unique<DockerLauncher>(std::make_unique<KubernetesEngine>(docker));
+      } else if (launcher_kind == "swarm") {
         if (!docker_engines.empty()) {
           throw std::invalid_argument("--docker-engine is for the docker launcher; the swarm "
                                       "launcher talks to one manager (--docker-socket)");

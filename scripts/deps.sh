@@ -5,9 +5,9 @@ set -euo pipefail
 pkgs=(
   g++ cmake ninja-build make pkg-config
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev prometheus-cpp-dev
-  libcli11-dev libspdlog-dev nlohmann-json3-dev libcurl4-openssl-dev
+  libcli11-dev libspdlog-dev nlohmann-json3-dev libcurl4-openssl-dev libyaml-cpp-dev
   libssl-dev libgtest-dev libgmock-dev
-  python3 python3-zmq python3-msgpack procps prometheus
+  python3 python3-zmq python3-msgpack python3-yaml procps prometheus openssl
   python3-venv python3-pip python3-setuptools python3-joblib python3-cloudpickle python3-pytest
   python3-numpy python3-sklearn
 )

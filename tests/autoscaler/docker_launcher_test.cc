@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/autoscaler/fake_docker_engine.h"
+#include "tests/autoscaler/launcher_test_util.h"
 #include "tests/support/http_server.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
@@ -21,18 +22,8 @@ using ::testing::HasSubstr;
 
 using FakeEngine = testing::FakeDockerEngine;
 
-// Engine calls run on the launcher's own thread: lets it finish what it was
-// asked, then polls, `rounds` times (a Poll applies what finished and may
-// queue more: the list, then a reap). Returns every exit reported.
-std::vector<Exited> Settle(DockerLauncher& l, TimePoint now, int rounds = 3) {
-  std::vector<Exited> out;
-  for (int i = 0; i < rounds; ++i) {
-    EXPECT_TRUE(l.WaitIdle(std::chrono::seconds(20)));
-    for (Exited& e : l.Poll(now)) out.push_back(std::move(e));
-  }
-  EXPECT_TRUE(l.WaitIdle(std::chrono::seconds(20)));
-  return out;
-}
+using testing::Settle;
+using testing::ThrownBy;
 
 class DockerLauncherFakeTest : public ::testing::Test {
  protected:
@@ -52,15 +43,6 @@ class DockerLauncherFakeTest : public ::testing::Test {
   std::string socket_ = dir_.path() + "/docker.sock";
   FakeEngine engine_{socket_};
 };
-
-std::string ThrownBy(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(nothing thrown)";
-}
 
 TEST_F(DockerLauncherFakeTest, MissingSocketSaysSo) {
   DockerOptions o = Options();

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "autoscaler/yaml_json.h"
+#include "tests/autoscaler/launcher_test_util.h"
 #include "tests/support/process.h"
 
 namespace fleet::autoscaler {
@@ -19,14 +20,7 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-std::string ThrownBy(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(nothing thrown)";
-}
+using testing::ThrownBy;
 
 TEST(YamlJsonTest, PlainScalarsAreTypedAndQuotedOnesStayStrings) {
   json j = YamlToJson(R"(

@@ -10,6 +10,7 @@
 
 #include "autoscaler/docker_launcher.h"
 #include "tests/autoscaler/fake_docker_engine.h"
+#include "tests/autoscaler/launcher_test_util.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
 
@@ -20,14 +21,8 @@ using nlohmann::json;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::string ThrownBy(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(nothing thrown)";
-}
+using testing::Settle;
+using testing::ThrownBy;
 
 json Service(const std::string& id, const std::string& pool, const std::string& worker,
              int replicas = 1) {
@@ -90,17 +85,6 @@ class SwarmLauncherTest : public ::testing::Test {
   }
   void SetTasks(const std::vector<json>& tasks) {
     engine_.Set("GET /v1.41/tasks", 200, json(tasks).dump());
-  }
-
-  // Engine calls run on the launcher's thread: lets them finish, then polls.
-  std::vector<Exited> Settle(DockerLauncher& l, TimePoint now, int rounds = 3) {
-    std::vector<Exited> out;
-    for (int i = 0; i < rounds; ++i) {
-      EXPECT_TRUE(l.WaitIdle(std::chrono::seconds(20)));
-      for (Exited& e : l.Poll(now)) out.push_back(std::move(e));
-    }
-    EXPECT_TRUE(l.WaitIdle(std::chrono::seconds(20)));
-    return out;
   }
 
   fleet::testing::TempDir dir_;

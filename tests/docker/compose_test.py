@@ -68,6 +68,17 @@ def wait_for(what, fn, timeout, interval=0.5):
         time.sleep(interval)
 
 
+def check_all_ok(out, returncode, count):
+    """fleet-submit's output: its summary line says all `count` batches
+    came back ok (none failed or lost) and it exited 0. Returns the line."""
+    lines = [l for l in out.splitlines() if l.startswith("submitted=")]
+    check(lines, f"fleet-submit printed no summary:\n{out}")
+    s = dict(kv.split("=", 1) for kv in lines[-1].split())
+    check(returncode == 0 and s["ok"] == str(count) and s["lost"] == "0" and s["failed"] == "0",
+          f"not every batch ok: {s}")
+    return lines[-1]
+
+
 class Deployment:
     MAX = 4
 

@@ -35,7 +35,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compose_test import Failure, check, log, wait_for  # noqa: E402
+from compose_test import Failure, check, check_all_ok, log, wait_for  # noqa: E402
 
 SYSTEM = "/var/run/docker.sock"
 
@@ -230,12 +230,7 @@ class Fleet:
     @staticmethod
     def summary(proc, count):
         out, _ = proc.communicate(timeout=300)
-        lines = [l for l in out.splitlines() if l.startswith("submitted=")]
-        check(lines, f"fleet-submit printed no summary:\n{out}")
-        s = dict(kv.split("=", 1) for kv in lines[-1].split())
-        log(f"fleet-submit: {lines[-1]}")
-        check(proc.returncode == 0 and s["ok"] == str(count) and s["lost"] == "0"
-              and s["failed"] == "0", f"not every batch ok: {s}")
+        log("fleet-submit: " + check_all_ok(out, proc.returncode, count))
 
     def workers(self):
         r = run(os.path.join(self.bin, "fleet-ctl"), "--control", self.control, "--json",

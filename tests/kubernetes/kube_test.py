@@ -53,7 +53,7 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "docker"))
-from compose_test import Failure, check, log, wait_for  # noqa: E402
+from compose_test import Failure, check, check_all_ok, log, wait_for  # noqa: E402
 
 NS = "fleet"
 
@@ -395,12 +395,7 @@ class Fleet:
 
 def summary(proc, count):
     out, _ = proc.communicate(timeout=300)
-    lines = [l for l in out.splitlines() if l.startswith("submitted=")]
-    check(lines, f"fleet-submit printed no summary:\n{out}")
-    s = dict(kv.split("=", 1) for kv in lines[-1].split())
-    log(f"fleet-submit: {lines[-1]}")
-    check(proc.returncode == 0 and s["ok"] == str(count) and s["lost"] == "0"
-          and s["failed"] == "0", f"not every batch ok: {s}")
+    log("fleet-submit: " + check_all_ok(out, proc.returncode, count))
 
 
 def pods(c, pool):

@@ -8,8 +8,10 @@ swarm) on a one-node swarm made from this machine's Docker engine.
      (broker, autoscaler with the swarm launcher at --min 0 --max 3,
      Prometheus; Grafana at 0 replicas: its image cannot be pulled here);
   3. from a container on the stack's attachable overlay network, pushes
-     batches with fleet-submit: the pool grows from 0 to 3 worker services,
-     every batch comes back ok (none lost), and never more than 3;
+     batches with fleet-submit: the pool grows from 0 to 3 worker services;
+     the autoscaler's container is killed (SIGKILL) and the swarm's new one
+     adopts the running services by their labels; every batch comes back ok
+     (none lost), and never more than 3 services;
   4. idle, the pool goes back to 0: every worker service removed, none left
      at the broker; Prometheus found the worker tasks on the overlay network
      (dockerswarm_sd_configs) while they ran;
@@ -24,6 +26,7 @@ import argparse
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -156,6 +159,20 @@ class Stack:
         except ValueError:
             return None
 
+    def kill_autoscaler(self):
+        """SIGKILL to the autoscaler's container (its swarm restarts it)."""
+        r = docker("ps", "-q", "--filter",
+                   f"label=com.docker.swarm.service.name={self.name}_autoscaler")
+        ids = r.stdout.split()
+        check(len(ids) == 1, f"expected one autoscaler container, found {ids}")
+        docker("kill", "--signal", "KILL", ids[0], check_rc=True)
+        return ids[0]
+
+    def adopted(self):
+        """Services the autoscaler's log says it adopted."""
+        r = docker("service", "logs", "--raw", f"{self.name}_autoscaler")
+        return sorted(set(re.findall(r"adopted running service (\S+)", r.stdout + r.stderr)))
+
     def dump_logs(self):
         for service in ("autoscaler", "broker", "prometheus"):
             r = docker("service", "logs", "--raw", "--tail", "60", f"{self.name}_{service}")
@@ -185,13 +202,27 @@ def swarm_state():
 
 
 def phase_zero_to_three(s, tmp):
-    log("phase 1: 240 batches of 250 ms from a container on the overlay network")
-    r = s.run_on_network("fleet-submit", "--broker", "tcp://broker:5555", "--count", "240",
-                         "--payload", "250", "--inflight", "240", "--timeout-seconds", "240",
-                         "--resend-after-seconds", "120", timeout=300)
-    log("fleet-submit: " + check_all_ok(r.stdout + r.stderr, r.returncode, 240))
+    log("phase 1: 400 batches of 250 ms from a container on the overlay network; the "
+        "autoscaler is killed (SIGKILL) once the pool is at 3")
+    submit = subprocess.Popen(
+        ["docker", "run", "--rm", "--network", s.network, "--read-only", "--cap-drop", "ALL",
+         s.image, "fleet-submit", "--broker", "tcp://broker:5555", "--count", "400",
+         "--payload", "250", "--inflight", "400", "--timeout-seconds", "240",
+         "--resend-after-seconds", "120"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for("3 worker services", lambda: s.max_services == MAX, 120, interval=0.3)
+    first = set(s.services())
+    killed = s.kill_autoscaler()
+    log(f"killed the autoscaler's container {killed[:12]}; the swarm starts another")
+    out, _ = submit.communicate(timeout=300)
+    log("fleet-submit: " + check_all_ok(out, submit.returncode, 400))
     check(s.max_services == MAX, f"the pool reached {s.max_services} services, not {MAX}")
-    log(f"the pool grew from 0 to {s.max_services} worker services: {sorted(s.seen)}")
+    adopted = wait_for("the new autoscaler to say it adopted the services",
+                       lambda: s.adopted(), 60, interval=1)
+    check(set(adopted) <= first and len(adopted) >= 1,
+          f"adopted {adopted}, the first autoscaler's services were {sorted(first)}")
+    log(f"the pool grew from 0 to {s.max_services} worker services, never more; the new "
+        f"autoscaler adopted {sorted(adopted)}")
 
 
 def phase_back_to_zero(s):

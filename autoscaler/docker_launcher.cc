@@ -105,7 +105,7 @@ void DockerLauncher::EngineLoop(Lane* lane) {
     lane->busy = true;
     const bool checked = lane->checked;
     lock.unlock();
-    EngineResult result;
+    EngineResult result{call.op, call.id, call.container, {}, -1, std::nullopt, false};
     bool now_checked = checked;
     if (!checked && call.op == Op::kList) {
       // An engine that did not answer at start-up is checked again before
@@ -120,7 +120,9 @@ void DockerLauncher::EngineLoop(Lane* lane) {
                               lane->engine->unreachable()};
       }
     }
-    if (now_checked) result = Execute(lane, call);
+    // (Other calls never come to an unchecked engine: it gets no starts,
+    // and has no workers until a list of it answers.)
+    if (now_checked || call.op != Op::kList) result = Execute(lane, call);
     lock.lock();
     lane->checked = now_checked;
     lane->busy = false;

@@ -57,8 +57,11 @@ class SecondEngine:
         self.bridge = f"fltbr{os.getpid() % 100000}"
         self.proc = None
         os.makedirs(root, exist_ok=True)
+        # Not the system daemon's settings (its data root), but its storage
+        # driver: what works for it on this machine's file systems.
+        driver = run("docker", "info", "--format", "{{.Driver}}").stdout.strip()
         with open(os.path.join(root, "daemon.json"), "w") as f:
-            f.write("{}\n")  # not the system daemon's settings (its data root)
+            f.write(json.dumps({"storage-driver": driver} if driver else {}) + "\n")
         self.make_certificates()
 
     def make_certificates(self):

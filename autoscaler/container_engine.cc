@@ -17,8 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kPoolLabel = "fleet.pool";
-constexpr const char* kIdLabel = "fleet.worker-id";
 
 // "1.41" -> 141; 0 when malformed.
 int ApiNumber(const std::string& v) {

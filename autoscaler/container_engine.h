@@ -44,6 +44,9 @@
 namespace fleet::autoscaler {
 
 inline constexpr const char* kDockerApiVersion = "v1.41";  // Docker Engine 20.10
+// The labels every launcher puts on its units and selects them by.
+inline constexpr const char* kPoolLabel = "fleet.pool";
+inline constexpr const char* kIdLabel = "fleet.worker-id";
 
 struct DockerOptions {
   // The engine: its unix socket ("/var/run/docker.sock" or

@@ -18,8 +18,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kPoolLabel = "fleet.pool";
-constexpr const char* kIdLabel = "fleet.worker-id";
 constexpr const char* kServiceAccount = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 std::string Trim(std::string s) {

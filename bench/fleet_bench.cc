@@ -145,6 +145,9 @@ int Throughput(const FleetOptions& o, const ProducerOptions& p) {
   std::vector<std::thread> threads;
   std::atomic<std::uint64_t> ok{0};
   std::vector<std::string> errors(p.producers);
+  // Each producer's own rate (its share over the time it took): with equal
+  // shares, a producer the broker served less finishes later.
+  std::vector<double> producer_seconds(p.producers, 0);
   // CPU time per batch of each side, steadier than batches/s on a noisy
   // machine: the broker, this process (the producers), the workers.
   auto workers_cpu = [&] {
@@ -163,6 +166,7 @@ int Throughput(const FleetOptions& o, const ProducerOptions& p) {
     threads.emplace_back([&, i, share] {
       try {
         ok += Drive(c, p, share, payload, "p" + std::to_string(i) + "-");
+        producer_seconds[i] = static_cast<double>(NowNs() - start) / 1e9;
       } catch (const std::exception& e) {
         errors[i] = e.what();
       }
@@ -196,6 +200,25 @@ int Throughput(const FleetOptions& o, const ProducerOptions& p) {
             {"broker_cpu_us_per_batch", per_batch_us(broker_cpu)},
             {"producer_cpu_us_per_batch", per_batch_us(producer_cpu)},
             {"worker_cpu_us_per_batch", per_batch_us(worker_cpu)}};
+  if (p.producers > 1) {
+    // Fairness: the slowest producer's rate over the fastest's (1 = even),
+    // and Jain's index over all of them (1 = even, 1/N = one got it all).
+    json rates = json::array();
+    double lo = 0, hi = 0, sum = 0, sum_sq = 0;
+    for (int i = 0; i < p.producers; ++i) {
+      const double share =
+          static_cast<double>(p.count / p.producers + (i < static_cast<int>(p.count % p.producers)));
+      const double rate = producer_seconds[i] > 0 ? share / producer_seconds[i] : 0;
+      rates.push_back(rate);
+      lo = i == 0 ? rate : std::min(lo, rate);
+      hi = std::max(hi, rate);
+      sum += rate;
+      sum_sq += rate * rate;
+    }
+    r["producer_rates"] = rates;
+    r["producer_min_over_max"] = hi > 0 ? lo / hi : 0;
+    r["producer_jain"] = sum_sq > 0 ? sum * sum / (p.producers * sum_sq) : 0;
+  }
   if (o.handler == "sleep") {
     const double ideal = o.workers * o.concurrency * 1000.0 / o.sleep_ms;
     r["sleep_ms"] = o.sleep_ms;

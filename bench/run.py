@@ -219,6 +219,14 @@ def main():
     tp[("fleet", 100, 4, 4)] = fleet_tp(4, 100, S["count"], producers=4)
     tp[("ceiling", 100, 4, 4)] = ceiling_tp(4, 100, S["count"], producers=4)
     tp[("fleet-1pm", 100, 4, 1)] = fleet_tp(4, 100, S["count"], extra=("--per-message", "1"))
+    # Many producers, many workers: 16 producers into 4 workers, and 64
+    # workers of one slot each, next to the ceiling with the same shape.
+    many_p = 16 if mode != "smoke" else 4
+    many_w = 64 if mode != "smoke" else 8
+    tp[("fleet", 100, 4, many_p)] = fleet_tp(4, 100, S["count"], producers=many_p)
+    tp[("ceiling", 100, 4, many_p)] = ceiling_tp(4, 100, S["count"], producers=many_p)
+    tp[("fleet", 100, many_w, 1)] = fleet_tp(many_w, 100, S["count"])
+    tp[("ceiling", 100, many_w, 1)] = ceiling_tp(many_w, 100, S["count"])
 
     # 4: the peers on the same workloads (4 worker processes each).
     for name, cmd in peers:
@@ -354,10 +362,18 @@ def main():
                  f"{fmt_ratio(ratio(vals['fleet'], vals['ceiling'])):>12}"
                  f"{fmt_ratio(ratio(vals['fleet'], vals.get('celery'))):>14}"
                  f"{fmt_ratio(ratio(vals['fleet'], vals.get('dask'))):>12}")
-    f4 = (tp.get(("fleet", 100, 4, 4)) or {}).get("batches_per_s")
-    c4 = (tp.get(("ceiling", 100, 4, 4)) or {}).get("batches_per_s")
-    line(f"  {'100B':>8} {'4, 4 producers':>14}: fleet {fmt_rate(f4)}, ceiling {fmt_rate(c4)}, "
-         f"{fmt_ratio(ratio(f4, c4))}")
+    for n in sorted({k[3] for k in tp if k[0] == "fleet" and k[1] == 100 and k[2] == 4
+                     and k[3] > 1}):
+        fx = tp.get(("fleet", 100, 4, n)) or {}
+        cx = tp.get(("ceiling", 100, 4, n)) or {}
+        fair = ""
+        if "producer_min_over_max" in fx:
+            fair = (f"; producers' rates slowest/fastest {fx['producer_min_over_max']:.2f}, "
+                    f"Jain {fx['producer_jain']:.3f}")
+        label = f"4, {n} producers"
+        line(f"  {'100B':>8} {label:>14}: fleet {fmt_rate(fx.get('batches_per_s'))}, ceiling "
+             f"{fmt_rate(cx.get('batches_per_s'))}, "
+             f"{fmt_ratio(ratio(fx.get('batches_per_s'), cx.get('batches_per_s')))}{fair}")
     one = (tp.get(("fleet-1pm", 100, 4, 1)) or {}).get("batches_per_s")
     line(f"  {'100B':>8} {'4, one batch per SUBMIT':>23}: fleet {fmt_rate(one)}, "
          f"{fmt_ratio(ratio(one, (tp.get(('ceiling', 100, 4, 1)) or {}).get('batches_per_s')))}"

@@ -571,7 +571,16 @@ std::optional<std::vector<ContainerEngine::Unit>> SwarmEngine::List(std::string*
   for (Unit& u : out) {
     auto it = by_service.find(u.handle);
     if (it == by_service.end()) continue;  // no task (yet, or any more: see above)
-    if (const json* newest = Newest(it->second)) u.state = UnitState(TaskState(*newest));
+    const json* newest = Newest(it->second);
+    if (newest == nullptr) continue;
+    u.state = UnitState(TaskState(*newest));
+    if (u.state == "created") {
+      // Why the swarm has not started it yet ("no suitable node ...").
+      const json status = newest->value("Status", json::object());
+      if (status.is_object() && status.value("Err", json()).is_string()) {
+        u.note = TaskState(*newest) + ": " + status["Err"].get<std::string>();
+      }
+    }
   }
   return out;
 }

@@ -224,6 +224,19 @@ TEST_F(SwarmLauncherTest, ATaskTheSwarmRejectedIsAFailedStartWithItsReason) {
   EXPECT_EQ(engine_.Matching("DELETE /v1.41/services/s1").size(), 1u);
 }
 
+TEST_F(SwarmLauncherTest, APendingTaskSaysWhyAndCountsAsStartingUntilItRuns) {
+  auto l = Launcher(Options());
+  std::string err;
+  ASSERT_TRUE(l->Start("w1", TimePoint{}, &err)) << err;
+  ASSERT_TRUE(l->WaitIdle(std::chrono::seconds(20)));
+  SetServices({Service("s1", "p1", "w1")});
+  SetTasks({Task("s1", 4, "pending", std::nullopt,
+                 "no suitable node (insufficient resources on 1 node)")});
+  EXPECT_TRUE(Settle(*l, TimePoint{}).empty());  // still starting, not an exit
+  EXPECT_THAT(l->Alive(), ElementsAre("w1"));
+  EXPECT_TRUE(engine_.Matching("DELETE /v1.41/services/s1").empty());
+}
+
 TEST_F(SwarmLauncherTest, ACreateTheManagerRefusesComesBackAsAFailedStart) {
   engine_.Set("POST /v1.41/services/create", 409,
               R"({"message":"rpc error: name conflicts with an existing object"})");

@@ -628,7 +628,10 @@ int SwarmEngine::ExitCode(const std::string& service, std::string* start_error) 
 void SwarmEngine::Signal(const std::string& id, const std::string& service, const char* signal,
                          Duration grace) {
   if (std::string(signal) == "SIGKILL") {
-    // The swarm offers no signal: removing the service stops its task now.
+    // The swarm offers no signal: removing the service is the last word.
+    // Its task is stopped with the stop grace period the SIGTERM set (a
+    // task still draining gets the rest of it), and the service is gone
+    // from the list at once, so the worker is counted gone then.
     Remove(service, UnitName(id));
     return;
   }

@@ -18,7 +18,8 @@
 // after the stop grace period, which the same update sets to the launcher's
 // grace; on Docker 20.10 the task is stopped 3-4 s after the update, and
 // once stopped it is deleted, so its exit code is usually not known);
-// SIGKILL removes the service. A unit's state is its newest task's: new ...
+// SIGKILL removes the service (the task still gets what is left of its stop
+// grace period; the service leaves the list at once). A unit's state is its newest task's: new ...
 // starting -> "created", running -> "running", complete, failed, shutdown,
 // rejected, orphaned -> "exited" (a task the swarm rejected, e.g. for a
 // missing image, is an exit with the swarm's reason as the start error); a

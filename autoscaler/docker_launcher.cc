@@ -181,18 +181,24 @@ std::vector<std::size_t> DockerLauncher::WorkersPerEngine() const {
   return n;
 }
 
-bool DockerLauncher::Start(const std::string& id, TimePoint, std::string* error) {
+bool DockerLauncher::Start(const std::string& id, TimePoint now, std::string* error) {
   if (workers_.count(id) != 0) {
     *error = "a worker " + id + " is already started";
     return false;
   }
-  // The answering engine with the fewest workers (the first on a tie).
+  // The answering engine with the fewest workers (the first on a tie),
+  // leaving out one whose last creates failed until its backoff is over;
+  // when every answering engine is in backoff, the fewest of those (the
+  // autoscaler paces its own retries).
   std::vector<std::size_t> per = WorkersPerEngine();
-  std::optional<std::size_t> best;
+  std::optional<std::size_t> best, best_in_backoff;
   for (std::size_t i = 0; i < lanes_.size(); ++i) {
-    if (lanes_[i]->failing) continue;
-    if (!best || per[i] < per[*best]) best = i;
+    const Lane& l = *lanes_[i];
+    if (l.failing) continue;
+    std::optional<std::size_t>& pick = now < l.starts_resume_at ? best_in_backoff : best;
+    if (!pick || per[i] < per[*pick]) pick = i;
   }
+  if (!best) best = best_in_backoff;
   if (!best) {
     *error = lanes_.size() == 1
                  ? "the engine does not answer"
@@ -217,7 +223,7 @@ void DockerLauncher::CancelStop(const std::string& id) {
   it->second.term_at.reset();
 }
 
-void DockerLauncher::Apply(std::size_t lane_index, EngineResult result,
+void DockerLauncher::Apply(std::size_t lane_index, EngineResult result, TimePoint now,
                            std::vector<Exited>* exited) {
   Lane& lane = *lanes_[lane_index];
   const ContainerEngine& e = *lane.engine;
@@ -241,9 +247,23 @@ void DockerLauncher::Apply(std::size_t lane_index, EngineResult result,
                        e.kind(), e.address());
           lane.failing = true;
         }
+        // An engine that answers but refuses creates (its image gone, out of
+        // space) would otherwise take every start, having the fewest
+        // workers: other engines get the starts for a while, doubling from
+        // 1 s to 60 s while its creates keep failing.
+        lane.bad_starts = std::min(lane.bad_starts + 1, 7);
+        lane.starts_resume_at = now + Seconds(std::min(60, 1 << (lane.bad_starts - 1)));
+        if (lanes_.size() > 1) {
+          spdlog::warn("{} launcher: a create on engine {} failed ({} in a row): other engines "
+                       "get the starts for {} s",
+                       e.kind(), e.address(), lane.bad_starts,
+                       std::min(60, 1 << (lane.bad_starts - 1)));
+        }
         exited->push_back({result.id, -1, std::move(result.error)});
         workers_.erase(it);
       } else {
+        lane.bad_starts = 0;
+        lane.starts_resume_at = TimePoint{};
         it->second.container = std::move(result.container);
       }
       return;
@@ -258,16 +278,20 @@ void DockerLauncher::Apply(std::size_t lane_index, EngineResult result,
     case Op::kList:
       lane.list_queued = false;
       if (!result.listed) {
-        if (!lane.failing) {
+        // Once per outage, and again when the reason changes (an engine
+        // that comes back but fails its check for another reason).
+        if (!lane.failing || result.error != lane.last_error) {
           spdlog::error("{} launcher: cannot list the pool's {}s on {}: {}{}", e.kind(),
                         e.unit_word(), e.address(), result.error,
                         lanes_.size() > 1 ? " (skipping it until it answers)" : "");
         }
         lane.failing = true;
+        lane.last_error = std::move(result.error);
         return;  // try again next poll; nothing is decided blind
       }
       if (lane.failing) spdlog::info("{} launcher: engine {} answers again", e.kind(), e.address());
       lane.failing = false;
+      lane.last_error.clear();
       ApplyList(lane_index, *result.listed, exited);
       return;
     case Op::kSignal:
@@ -355,7 +379,7 @@ std::vector<Exited> DockerLauncher::Poll(TimePoint now) {
     for (std::size_t i = 0; i < lanes_.size(); ++i) done[i].swap(lanes_[i]->results);
   }
   for (std::size_t i = 0; i < lanes_.size(); ++i) {
-    for (EngineResult& r : done[i]) Apply(i, std::move(r), &exited);
+    for (EngineResult& r : done[i]) Apply(i, std::move(r), now, &exited);
   }
 
   for (auto it = workers_.begin(); it != workers_.end();) {
@@ -374,11 +398,18 @@ std::vector<Exited> DockerLauncher::Poll(TimePoint now) {
       w.term_at.reset();
       w.kill_at = now + w.grace;
     } else if (w.kill_at && now >= *w.kill_at) {
-      spdlog::warn("worker {} ignored SIGTERM for {:.1f} s: SIGKILL", id,
-                   std::chrono::duration<double>(w.grace).count());
+      if (!w.killed) {
+        spdlog::warn("worker {} ignored SIGTERM for {:.1f} s: SIGKILL", id,
+                     std::chrono::duration<double>(w.grace).count());
+      } else {
+        spdlog::warn("worker {}'s {} is still there: SIGKILL again", id,
+                     lanes_[w.lane]->engine->unit_word());
+      }
       Queue(w.lane, {Op::kSignal, id, w.container, "SIGKILL", w.grace});
-      w.kill_at.reset();
       w.killed = true;
+      // Again if it is still listed then: a kill the engine did not carry
+      // out (a timeout, a refusal) must not leave it running for good.
+      w.kill_at = now + std::max<Duration>(w.grace, Seconds(5));
     } else if (w.killed && down && lanes_.size() > 1) {
       // Its engine does not answer: nothing can make sure it is gone, and
       // waiting would hold its place in the pool. Counted gone; if the

@@ -38,15 +38,17 @@
 //  - Stop gives the worker its grace to drain and leave by itself, then
 //    Poll queues SIGTERM, then SIGKILL after the grace again, as the process
 //    launcher does (a worker whose start is still running is signalled once
-//    its unit exists).
+//    its unit exists), and SIGKILL again every max(grace, 5 s) while its
+//    unit is still listed (a kill the engine failed to carry out).
 // One thread and first in, first out, so a list always reflects every start
 // and removal queued before it: a unit this launcher created is never taken
 // for one removed behind its back, nor for one to adopt. Rejected: a thread
 // per call (unbounded threads, and lists racing the creates they must see).
 //
 // Thread-safety: the public methods are for one thread (the loop); the
-// engine thread shares only the mutex-guarded queues. StopAll blocks up to
-// 2 x grace (shutdown).
+// engine threads share only the mutex-guarded queues. StopAll blocks about
+// 2 x grace, plus a few API timeouts when an engine does not answer
+// (shutdown).
 #pragma once
 
 #include <condition_variable>
@@ -77,10 +79,12 @@ class DockerLauncher : public Launcher {
   explicit DockerLauncher(std::unique_ptr<ContainerEngine> engine);
   // Several engines (--docker-engine, repeatable), each with its own engine
   // thread: a start goes to the answering engine with the fewest workers
-  // (the first of those on a tie); an engine whose list or create fails is
-  // skipped until a list answers again; the workers of an engine that does
-  // not answer when they are to be killed are counted gone (and adopted if
-  // it comes back with them running). Each engine is checked as above;
+  // (the first of those on a tie); an engine whose list or create gets no
+  // answer is skipped until a list answers again; one that answers but
+  // refuses creates gets no starts for 1 s, doubling to 60 s while its
+  // creates keep failing (unless every engine is in that state); the
+  // workers of an engine that does not answer when they are to be killed
+  // are counted gone (and adopted if it comes back with them running). Each engine is checked as above;
   // one that does not answer now is only skipped (checked again before its
   // next list) unless none answers: then, or on any other finding (no
   // image, no network), this throws.
@@ -157,7 +161,10 @@ class DockerLauncher : public Launcher {
     std::unique_ptr<ContainerEngine> engine;
     // The loop's.
     bool list_queued = false;  // a list is queued or running
-    bool failing = false;      // its last list or create failed: no starts
+    bool failing = false;      // its last list (or a create) got no answer: no starts
+    std::string last_error;    // of its last failed list, as logged
+    int bad_starts = 0;        // creates refused in a row
+    TimePoint starts_resume_at{};  // after refused creates, others get the starts until then
     // Shared with its thread under mu_.
     bool checked = false;  // its constructor checks passed (else redone before a list)
     std::deque<EngineCall> calls;
@@ -172,7 +179,7 @@ class DockerLauncher : public Launcher {
 
   // The loop's side.
   void Queue(std::size_t lane, EngineCall call);
-  void Apply(std::size_t lane, EngineResult result, std::vector<Exited>* exited);
+  void Apply(std::size_t lane, EngineResult result, TimePoint now, std::vector<Exited>* exited);
   void ApplyList(std::size_t lane, const std::vector<Listed>& listed,
                  std::vector<Exited>* exited);
   const ContainerEngine& engine() const { return *lanes_.front()->engine; }

@@ -94,12 +94,12 @@ json* WorkerContainer(json& pod) {
 KubernetesEngine::KubernetesEngine(DockerOptions options) : ContainerEngine(std::move(options)) {
   std::string ca_file, cert_file, key_file;
   auto secret_file = [&](const std::string& data, const char* name, const std::string& what) {
-    if (secrets_dir_.empty()) {
+    if (secrets_dir_.path.empty()) {
       char tmpl[] = "/tmp/fleet-kube-XXXXXX";  // mkdtemp: mode 0700
       if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("kubernetes launcher: mkdtemp failed");
-      secrets_dir_ = tmpl;
+      secrets_dir_.path = tmpl;
     }
-    std::string path = secrets_dir_ + "/" + name;
+    std::string path = secrets_dir_.path + "/" + name;
     std::ofstream f(path);
     f << Base64Decode(data, what);
     if (!f) throw std::runtime_error("kubernetes launcher: cannot write " + path);
@@ -150,16 +150,22 @@ KubernetesEngine::KubernetesEngine(DockerOptions options) : ContainerEngine(std:
           "client certificate (e.g. a service account's token)");
     }
     namespace_ = Str(context, "namespace");
-  } else if (options_.kube_api.empty()) {
+  } else {
+    // In the cluster: the pod's service account (--kube-api may still name
+    // another address of the API server; the credentials stay these).
     const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
     const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
-    if (host == nullptr || port == nullptr) {
+    struct stat st {};
+    const bool has_account = stat((std::string(kServiceAccount) + "/token").c_str(), &st) == 0;
+    if ((host == nullptr || port == nullptr) && !(has_account && !options_.kube_api.empty())) {
       throw std::invalid_argument(
-          "kubernetes launcher: not in a cluster (no KUBERNETES_SERVICE_HOST): give "
-          "--kubeconfig FILE, or --kube-api URL with a token");
+          "kubernetes launcher: not in a cluster (no KUBERNETES_SERVICE_HOST and no service "
+          "account token): give --kubeconfig FILE");
     }
-    const std::string h = host;
-    server_ = "https://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + port;
+    if (host != nullptr && port != nullptr) {
+      const std::string h = host;
+      server_ = "https://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + port;
+    }
     token_file_ = std::string(kServiceAccount) + "/token";
     ca_file = std::string(kServiceAccount) + "/ca.crt";
     std::ifstream ns(std::string(kServiceAccount) + "/namespace");
@@ -232,10 +238,12 @@ KubernetesEngine::KubernetesEngine(DockerOptions options) : ContainerEngine(std:
   }
 }
 
-KubernetesEngine::~KubernetesEngine() {
-  if (!secrets_dir_.empty()) {
+KubernetesEngine::~KubernetesEngine() = default;
+
+KubernetesEngine::SecretsDir::~SecretsDir() {
+  if (!path.empty()) {
     std::error_code ec;
-    std::filesystem::remove_all(secrets_dir_, ec);
+    std::filesystem::remove_all(path, ec);
   }
 }
 
@@ -379,11 +387,13 @@ std::string KubernetesEngine::CreateBody(const std::string& id) const {
     if (options_.cpus > 0) amounts["cpu"] = fmt::format("{}m", std::llround(options_.cpus * 1000));
     if (!amounts.empty()) c["resources"] = {{"requests", amounts}, {"limits", amounts}};
   }
-  if (!c.contains("securityContext")) {
-    c["securityContext"] = {{"allowPrivilegeEscalation", false},
-                            {"readOnlyRootFilesystem", true},
-                            {"capabilities", {{"drop", json::array({"ALL"})}}}};
-  }
+  // The safe defaults, each where the template does not say otherwise (a
+  // template that sets only runAsUser still gets the rest).
+  json& sc = c["securityContext"];
+  if (!sc.is_object()) sc = json::object();
+  if (!sc.contains("allowPrivilegeEscalation")) sc["allowPrivilegeEscalation"] = false;
+  if (!sc.contains("readOnlyRootFilesystem")) sc["readOnlyRootFilesystem"] = true;
+  if (!sc.contains("capabilities")) sc["capabilities"] = {{"drop", json::array({"ALL"})}};
   if (options_.metrics_port > 0 && !c.contains("ports")) {
     c["ports"] = json::array(
         {{{"name", "metrics"}, {"containerPort", options_.metrics_port}, {"protocol", "TCP"}}});

@@ -10,7 +10,8 @@
 //    the pod's service account (token, ca.crt and namespace under
 //    /var/run/secrets/kubernetes.io/serviceaccount; the token file is read
 //    again every minute, as the kubelet rotates it);
-//  - --kube-api URL overrides the server, --kube-namespace the namespace.
+//  - --kube-api URL overrides the server (the credentials stay the
+//    kubeconfig's or the service account's), --kube-namespace the namespace.
 //
 // The pod of worker ID is named POOL-ID, built from --kube-pod-template (a
 // Pod manifest; a built-in one without it) and made safe the way the Docker
@@ -24,7 +25,8 @@
 // --docker-cpus unless the template sets them (requests are what a cluster
 // autoscaler adds nodes for), and unless the template says otherwise: no
 // privilege escalation, all capabilities dropped, a read-only root with an
-// emptyDir on /tmp, terminationGracePeriodSeconds = the autoscaler's grace.
+// emptyDir on /tmp, terminationGracePeriodSeconds = the autoscaler's grace
+// (each securityContext default where the template does not set that field).
 // A template asking for privileged containers or the host's network, PID or
 // IPC namespace is refused. With --kube-owner-pod NAME (the autoscaler's
 // own pod, from the downward API) every worker pod has an owner reference
@@ -84,7 +86,13 @@ class KubernetesEngine : public ContainerEngine {
   std::string token_;        // bearer token (or empty: client certificate)
   std::string token_file_;   // read again every minute when set
   std::chrono::steady_clock::time_point token_read_{};
-  std::string secrets_dir_;  // private copies of *-data certificates, removed after
+  // Private copies of a kubeconfig's *-data certificates and key, removed
+  // with the engine, or when its constructor throws after making them.
+  struct SecretsDir {
+    std::string path;
+    ~SecretsDir();
+  };
+  SecretsDir secrets_dir_;
   nlohmann::json template_;  // the Pod manifest
   std::string owner_uid_;    // set by Check when --kube-owner-pod is
   http::HttpClient http_;

@@ -17,17 +17,34 @@ json Scalar(const YAML::Node& node) {
   const std::string& v = node.Scalar();
   // A quoted scalar (tag "!") is a string whatever it looks like.
   if (node.Tag() == "!" || node.Tag() == "tag:yaml.org,2002:str") return v;
+  // YAML 1.1, as Kubernetes reads manifests: 0400 is octal, yes/no/on/off
+  // are booleans.
+  static const std::regex kTrue("y|Y|yes|Yes|YES|true|True|TRUE|on|On|ON");
+  static const std::regex kFalse("n|N|no|No|NO|false|False|FALSE|off|Off|OFF");
+  static const std::regex kOctal("[-+]?0[0-7]+|[-+]?0o[0-7]+");
+  static const std::regex kHex("[-+]?0x[0-9a-fA-F]+");
   static const std::regex kInt("[-+]?[0-9]+");
   static const std::regex kFloat("[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?");
   if (v.empty() || v == "~" || v == "null" || v == "Null" || v == "NULL") return nullptr;
-  if (v == "true" || v == "True" || v == "TRUE") return true;
-  if (v == "false" || v == "False" || v == "FALSE") return false;
-  if (std::regex_match(v, kInt)) {
-    try {
-      return std::stoll(v);
-    } catch (const std::out_of_range&) {
-      return v;
+  if (std::regex_match(v, kTrue)) return true;
+  if (std::regex_match(v, kFalse)) return false;
+  try {
+    if (std::regex_match(v, kOctal) || std::regex_match(v, kHex)) {
+      const bool negative = v[0] == '-';
+      std::string digits = v.substr(v[0] == '-' || v[0] == '+' ? 1 : 0);
+      int base = 8;
+      if (digits.starts_with("0x")) {
+        base = 16;
+        digits = digits.substr(2);
+      } else if (digits.starts_with("0o")) {
+        digits = digits.substr(2);
+      }
+      const long long n = std::stoll(digits, nullptr, base);
+      return negative ? -n : n;
     }
+    if (std::regex_match(v, kInt)) return std::stoll(v);
+  } catch (const std::out_of_range&) {
+    return v;
   }
   if (std::regex_match(v, kFloat)) return std::stod(v);
   return v;

@@ -1,8 +1,9 @@
 // YAML (a kubeconfig, a Pod manifest) read into JSON, so that the
 // Kubernetes launcher handles one kind of document. JSON is YAML too.
 //
-// Plain scalars become what YAML 1.2's core schema says they are (null,
-// true/false, integers, floats), quoted ones stay strings. One document
+// Plain scalars are typed as Kubernetes reads manifests (YAML 1.1): null,
+// booleans (true/false, yes/no, on/off, y/n), integers (0400 and 0o400 are
+// octal, 0x1F hexadecimal), floats; quoted ones stay strings. One document
 // per file; anchors and aliases resolve; tags other than the core ones are
 // refused. Pure functions; thread-safe.
 #pragma once

@@ -296,6 +296,12 @@ TEST_F(DockerLauncherFakeTest, StopWaitsTheGraceThenTermsThenKills) {
   EXPECT_THAT(engine_.Matching("POST /v1.41/containers/c1/kill"),
               ::testing::ElementsAre("POST /v1.41/containers/c1/kill?signal=SIGTERM",
                                      "POST /v1.41/containers/c1/kill?signal=SIGKILL"));
+  // The engine did not carry the kill out (it is still listed running): the
+  // kill goes again after max(grace, 5 s), not never.
+  Settle(l, t0 + Seconds(14));
+  EXPECT_EQ(engine_.Matching("POST /v1.41/containers/c1/kill?signal=SIGKILL").size(), 1u);
+  Settle(l, t0 + Seconds(15));
+  EXPECT_EQ(engine_.Matching("POST /v1.41/containers/c1/kill?signal=SIGKILL").size(), 2u);
 }
 
 TEST_F(DockerLauncherFakeTest, StopOfAWorkerWhoseStartIsStillRunningWaitsForItsContainer) {
@@ -400,6 +406,33 @@ TEST_F(DockerEnginesTest, AFailingEngineIsSkippedUntilItAnswersAgain) {
   ASSERT_TRUE(l->WaitIdle(std::chrono::seconds(20)));
   EXPECT_THAT(second.Matching("POST /v1.41/containers/create"),
               ::testing::ElementsAre("POST /v1.41/containers/create?name=p1-w4"));
+}
+
+TEST_F(DockerEnginesTest, AnEngineThatRefusesCreatesGetsNoStartsForAWhile) {
+  FakeEngine second(socket2_);
+  second.Set("POST /v1.41/containers/create", 404, R"({"message":"No such image: fleet:test"})");
+  auto l = Two(socket2_);
+  engine_.SetContainers({ListEntry("c1", "running", "p1", "w0")});
+  std::string err;
+  const TimePoint t0 = TimePoint{} + Seconds(100);
+  ASSERT_TRUE(l->Start("w0", t0, &err)) << err;  // the first (a tie)
+  ASSERT_TRUE(l->Start("w1", t0, &err)) << err;  // the second: fewer workers
+  std::vector<Exited> exited = Settle(*l, t0, 1);
+  ASSERT_EQ(exited.size(), 1u);
+  EXPECT_THAT(exited[0].error, HasSubstr("No such image"));
+  // It answers lists, so it is not down; but with the fewest workers it
+  // would take every start and fail each. For 1 s it gets none.
+  ASSERT_TRUE(l->Start("w2", t0 + Millis(500), &err)) << err;
+  EXPECT_THAT(l->WorkersPerEngine(), ::testing::ElementsAre(2u, 0u));
+  Settle(*l, t0 + Millis(500), 1);
+  ASSERT_TRUE(l->Start("w3", t0 + Seconds(2), &err)) << err;  // backoff over: tried again
+  EXPECT_THAT(l->WorkersPerEngine(), ::testing::ElementsAre(2u, 1u));
+  exited = Settle(*l, t0 + Seconds(2), 1);
+  ASSERT_EQ(exited.size(), 1u);
+  // A second refusal in a row: 2 s this time.
+  ASSERT_TRUE(l->Start("w4", t0 + Seconds(3), &err)) << err;
+  EXPECT_THAT(l->WorkersPerEngine(), ::testing::ElementsAre(3u, 0u));
+  EXPECT_EQ(second.Matching("POST /v1.41/containers/create").size(), 2u);
 }
 
 TEST_F(DockerEnginesTest, AnEngineDownAtStartUpIsSkippedThenUsedOnceItAnswers) {

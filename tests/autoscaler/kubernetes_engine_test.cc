@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -22,7 +23,7 @@ using ::testing::HasSubstr;
 
 using testing::ThrownBy;
 
-TEST(YamlJsonTest, PlainScalarsAreTypedAndQuotedOnesStayStrings) {
+TEST(YamlJsonTest, PlainScalarsAreTypedAsKubernetesReadsThemAndQuotedOnesStayStrings) {
   json j = YamlToJson(R"(
 a: 1
 b: "1"
@@ -42,6 +43,16 @@ i: 0755
   EXPECT_TRUE(j["f"].is_null());
   EXPECT_EQ(j["g"], json::parse(R"(["x", 2])"));
   EXPECT_EQ(j["h"]["k"], "v");
+  // As Kubernetes reads them (YAML 1.1): a file mode in octal stays that mode.
+  EXPECT_EQ(j["i"], 0755);
+  json k = YamlToJson("a: 0400\nb: 0o17\nc: 0x1F\nd: yes\ne: off\nf: '0400'\ng: -12\n", "t");
+  EXPECT_EQ(k["a"], 0400);
+  EXPECT_EQ(k["b"], 017);
+  EXPECT_EQ(k["c"], 31);
+  EXPECT_EQ(k["d"], true);
+  EXPECT_EQ(k["e"], false);
+  EXPECT_EQ(k["f"], "0400");
+  EXPECT_EQ(k["g"], -12);
   EXPECT_EQ(YamlToJson(R"({"json": [1, "two"]})", "t")["json"][1], "two");
   EXPECT_THAT(ThrownBy([] { YamlToJson("a: [1,", "f.yaml"); }), HasSubstr("f.yaml: not valid"));
   EXPECT_THAT(ThrownBy([] { YamlToJson("a: 1\n---\nb: 2\n", "f.yaml"); }),
@@ -122,6 +133,20 @@ spec:
   o = Options();
   o.pool = "Fleet_1";
   EXPECT_THAT(ThrownBy([&] { KubernetesEngine e(o); }), HasSubstr("lower-case"));
+  // A refusal after the kubeconfig's key was copied out leaves no copy.
+  auto copies = [] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/tmp")) {
+      n += e.path().filename().string().starts_with("fleet-kube-");
+    }
+    return n;
+  };
+  const int before = copies();
+  o.kube_config = Write("keyed", R"({"current-context": "c", "contexts": [{"name": "c",
+    "context": {"cluster": "k", "user": "u"}}], "clusters": [{"name": "k", "cluster":
+    {"server": "https://h"}}], "users": [{"name": "u", "user": {"client-key-data": "a2V5"}}]})");
+  EXPECT_THAT(ThrownBy([&] { KubernetesEngine e(o); }), HasSubstr("lower-case"));
+  EXPECT_EQ(copies(), before);
 }
 
 TEST_F(KubernetesEngineTest, TheBuiltInPodIsLockedDownAndNeverRestarted) {
@@ -171,6 +196,7 @@ spec:
   - name: worker
     image: registry.example/fleet:1.2
     args: [ignored]
+    securityContext: {runAsUser: 10001, readOnlyRootFilesystem: false}
     resources:
       requests: {cpu: "2", nvidia.com/gpu: 1}
 )");
@@ -189,6 +215,11 @@ spec:
   EXPECT_FALSE(w.contains("args"));
   EXPECT_THAT(w["command"][2].get<std::string>(), HasSubstr("--id 'w7'"));
   EXPECT_EQ(w["resources"]["requests"]["nvidia.com/gpu"], 1);
+  // A securityContext that sets one field keeps the safe defaults of the rest.
+  EXPECT_EQ(w["securityContext"]["runAsUser"], 10001);
+  EXPECT_EQ(w["securityContext"]["allowPrivilegeEscalation"], false);
+  EXPECT_EQ(w["securityContext"]["readOnlyRootFilesystem"], false);  // the template's say
+  EXPECT_EQ(w["securityContext"]["capabilities"]["drop"][0], "ALL");
   EXPECT_FALSE(w["resources"].contains("limits"));  // the template's resources, as they are
 }
 

@@ -376,9 +376,16 @@ SwarmEngine::SwarmEngine(DockerOptions options) : DockerApiEngine(std::move(opti
 }
 
 void SwarmEngine::Check() {
-  std::string network_json;
-  std::string api = CheckEngine(/*need_image=*/false, &network_json);
+  // Whether it is a manager first, when the engine answers at all: a node
+  // outside a swarm has no overlay network, and "network not found" would
+  // hide the real cause. (No answer: CheckEngine below says why.)
   http::HttpResponse info = Get("/info");
+  std::string network_json;
+  std::string api;
+  if (!info.ok()) {
+    api = CheckEngine(/*need_image=*/false, &network_json);
+    info = Get("/info");
+  }
   json i = json::parse(info.body, nullptr, false);
   const json swarm = i.is_object() ? i.value("Swarm", json::object()) : json::object();
   if (!info.ok() || !swarm.is_object() || swarm.value("LocalNodeState", "") != "active" ||
@@ -391,6 +398,7 @@ void SwarmEngine::Check() {
             ? swarm["LocalNodeState"].get<std::string>()
             : "unknown"));
   }
+  if (api.empty()) api = CheckEngine(/*need_image=*/false, &network_json);
   if (!network_json.empty()) {
     json n = json::parse(network_json, nullptr, false);
     if (!n.is_object() || n.value("Scope", "") != "swarm") {

@@ -100,6 +100,11 @@ TEST_F(SwarmLauncherTest, AnEngineThatIsNotAManagerIsRefusedWithTheFix) {
   engine_.Set("GET /info", 200,
               R"({"Swarm":{"LocalNodeState":"active","ControlAvailable":false}})");
   EXPECT_THAT(ThrownBy([&] { Launcher(Options()); }), HasSubstr("not a swarm manager"));
+  // Outside a swarm the stack's overlay network does not exist either: the
+  // cause named is the swarm, not the network.
+  engine_.Set("GET /info", 200, R"({"Swarm":{"LocalNodeState":"inactive"}})");
+  engine_.Set("GET /v1.41/networks/", 404, R"({"message":"network fleet_internal not found"})");
+  EXPECT_THAT(ThrownBy([&] { Launcher(Options()); }), HasSubstr("not a swarm manager"));
 }
 
 TEST_F(SwarmLauncherTest, ANetworkThatIsNotTheSwarmsIsRefused) {

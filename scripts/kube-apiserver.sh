@@ -28,6 +28,8 @@ mkdir -p "$bin"
 export GOWORK=off GOFLAGS=-buildvcs=false GOMODCACHE=$cache/gomod GOCACHE=$cache/gocache
 export PATH=$PATH:/usr/local/go/bin
 log() { echo "kube-apiserver.sh: $*" >&2; }
+buildlog=$cache/build.log
+fail() { log "error: $1 failed; the end of $buildlog:"; tail -n 30 "$buildlog" >&2; exit 1; }
 command -v go >/dev/null || { log "error: no go (install Go 1.24+)"; exit 1; }
 
 if [ ! -x "$bin/etcd" ]; then
@@ -36,24 +38,24 @@ if [ ! -x "$bin/etcd" ]; then
   work=$cache/etcd-src
   rm -rf "$work" && mkdir -p "$work"
   cp "$src/tests/kubernetes/etcd/main.go" "$work/"
-  (cd "$work" && go mod init fleet-test-etcd >/dev/null 2>&1 &&
-     go get "go.etcd.io/etcd/server/v3@$etcd_version" >/dev/null 2>&1 &&
-     go mod tidy >/dev/null 2>&1 && go build -o "$bin/etcd" .)
+  (cd "$work" && go mod init fleet-test-etcd && go get "go.etcd.io/etcd/server/v3@$etcd_version" &&
+     go mod tidy && go build -o "$bin/etcd" .) >"$buildlog" 2>&1 || fail "building etcd"
   log "etcd built in $((SECONDS - t0)) s"
 fi
 
 if [ ! -x "$bin/kube-apiserver" ]; then
   t0=$SECONDS
   log "building kube-apiserver $k8s_version (about 8 minutes on 2 cores) ..."
-  (cd "$cache" && go mod download -json "k8s.io/kubernetes@$k8s_version" >/dev/null)
+  (cd "$cache" && go mod download -json "k8s.io/kubernetes@$k8s_version") >"$buildlog" 2>&1 ||
+    fail "downloading k8s.io/kubernetes@$k8s_version"
   work=$cache/kubernetes-src
   rm -rf "$work"
   cp -r "$GOMODCACHE/k8s.io/kubernetes@$k8s_version" "$work"
   chmod -R u+w "$work"
   # ./staging/src/k8s.io/NAME => k8s.io/NAME v0.34.4
   sed -i -E "s#=> \./staging/src/(k8s\.io/[A-Za-z0-9._-]+)\$#=> \1 $staging_version#" "$work/go.mod"
-  (cd "$work" && go mod download >/dev/null 2>&1 || true)
-  (cd "$work" && go build -mod=mod -o "$bin/kube-apiserver" ./cmd/kube-apiserver)
+  (cd "$work" && go build -mod=mod -o "$bin/kube-apiserver" ./cmd/kube-apiserver) \
+    >"$buildlog" 2>&1 || fail "building kube-apiserver"
   log "kube-apiserver built in $((SECONDS - t0)) s"
 fi
 echo "$bin"

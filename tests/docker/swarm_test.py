@@ -201,7 +201,7 @@ def swarm_state():
     return r.stdout.strip()
 
 
-def phase_zero_to_three(s, tmp):
+def phase_zero_to_three(s):
     log("phase 1: 400 batches of 250 ms from a container on the overlay network; the "
         "autoscaler is killed (SIGKILL) once the pool is at 3")
     submit = subprocess.Popen(
@@ -276,7 +276,7 @@ def main():
         check(s.workers() == [] and not s.services(), "the pool did not start at 0")
         log("broker up, pool at 0")
         s.start_sampler()
-        phase_zero_to_three(s, tmp)
+        phase_zero_to_three(s)
         phase_back_to_zero(s)
         s.stop_sampler()
         phase_prometheus(s)

@@ -38,7 +38,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -53,15 +52,9 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "docker"))
-from compose_test import Failure, check, check_all_ok, log, wait_for  # noqa: E402
+from compose_test import Failure, check, check_all_ok, free_port, log, wait_for  # noqa: E402
 
 NS = "fleet"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run(*cmd, timeout=60):

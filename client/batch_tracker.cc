@@ -11,6 +11,12 @@ std::size_t WireSize(const BatchTracker::Batch& b) {
   return b.id.size() + b.queue.size() + b.payload.size() + 16;
 }
 
+// A pool this small is kept when nothing is outstanding (a light load
+// empties it after nearly every batch); a bigger one, left by a burst, goes.
+constexpr std::size_t kKeepEntries = 4096;
+// A recycled entry's payload buffer is kept up to this capacity.
+constexpr std::size_t kKeepPayloadBytes = 64u << 10;
+
 }  // namespace
 
 BatchTracker::BatchTracker(Options options) : options_(options) {
@@ -25,16 +31,34 @@ BatchTracker::BatchTracker(Options options) : options_(options) {
 
 BatchTracker::Entry* BatchTracker::Find(std::string_view id) {
   auto it = batches_.find(id);
-  return it == batches_.end() ? nullptr : &it->second;
+  return it == batches_.end() ? nullptr : it->second;
 }
 
-const BatchTracker::Entry* BatchTracker::LiveEntry(const SentTimer& t) const {
-  auto it = batches_.find(t.id);
-  return it != batches_.end() && it->second.arm == t.arm ? &it->second : nullptr;
+BatchTracker::Entry* BatchTracker::NewEntry() {
+  if (!free_.empty()) {
+    Entry* e = free_.back();
+    free_.pop_back();
+    return e;
+  }
+  return &pool_.emplace_back();
+}
+
+void BatchTracker::Recycle(Entry* e) {
+  e->arm = 0;  // every timer still pointing here is stale
+  e->state = State::kPending;
+  if (e->batch.payload.capacity() > kKeepPayloadBytes) std::string().swap(e->batch.payload);
+  free_.push_back(e);
+  if (batches_.empty() && pool_.size() > kKeepEntries) {
+    // Nothing outstanding: no queue, retry timer or live resend timer
+    // refers to an entry, so the whole pool can go.
+    resend_timers_.clear();
+    std::deque<Entry>().swap(pool_);
+    std::vector<Entry*>().swap(free_);
+  }
 }
 
 void BatchTracker::ResubmitFirstRetry() {
-  Entry& e = batches_.find(retry_timers_.begin()->second)->second;
+  Entry& e = *batches_.find(retry_timers_.begin()->second)->second;
   Disarm(e);  // erases that first retry timer
   e.state = State::kResubmit;
   resubmit_.push_back(&e);
@@ -44,7 +68,7 @@ void BatchTracker::ArmResend(Entry& entry, TimePoint deadline) {
   Disarm(entry);
   entry.deadline = deadline;
   entry.arm = ++next_arm_;
-  resend_timers_.push_back(SentTimer{deadline, entry.batch.id, entry.arm});
+  resend_timers_.push_back(SentTimer{deadline, &entry, entry.arm});
 }
 
 void BatchTracker::ArmRetry(Entry& entry, TimePoint deadline) {
@@ -77,13 +101,15 @@ void BatchTracker::Tidy() const {
 
 bool BatchTracker::Add(std::string_view id, std::string_view queue,
                        std::string_view payload) {
-  auto [it, inserted] = batches_.try_emplace(std::string(id));
-  if (!inserted) return false;
-  Entry& e = it->second;
-  e.batch.id = it->first;
-  e.batch.queue = queue;
-  e.batch.payload = payload;
+  if (batches_.find(id) != batches_.end()) return false;
+  Entry& e = *NewEntry();
+  e.batch.id.assign(id);
+  e.batch.queue.assign(queue);
+  e.batch.payload.assign(payload);
+  e.state = State::kPending;
+  e.arm = 0;
   e.backoff = options_.retry_initial;
+  batches_.emplace(std::string_view(e.batch.id), &e);
   pending_.push_back(&e);
   return true;
 }
@@ -178,7 +204,7 @@ std::size_t BatchTracker::ResendSent() {
 bool BatchTracker::Complete(std::string_view id) {
   auto it = batches_.find(id);
   if (it == batches_.end()) return false;
-  Entry& e = it->second;
+  Entry& e = *it->second;
   // A result for a batch we never sent belongs to someone else's use of the
   // id (an earlier run, say); it must not stand in for ours.
   if (e.state == State::kPending) return false;
@@ -191,6 +217,7 @@ bool BatchTracker::Complete(std::string_view id) {
     resubmit_.erase(std::find(resubmit_.begin(), resubmit_.end(), &e));
   }
   batches_.erase(it);
+  Recycle(&e);
   return true;
 }
 
@@ -203,7 +230,7 @@ void BatchTracker::Due(TimePoint now, std::vector<std::string>* fetch) {
     Entry* e = LiveEntry(t);
     if (e == nullptr) continue;
     ArmResend(*e, now + options_.resend_after);
-    fetch->push_back(std::move(t.id));
+    fetch->push_back(e->batch.id);
   }
 }
 

@@ -65,8 +65,8 @@ class BatchTracker {
   };
 
   explicit BatchTracker(Options options);
-  // Movable (the map's nodes, which the queues point at, move along), not
-  // copyable (a copy's queues would point into the original's map).
+  // Movable (the pooled entries, which the map, queues and timers point
+  // at, move along), not copyable (a copy would point into the original).
   BatchTracker(const BatchTracker&) = delete;
   BatchTracker& operator=(const BatchTracker&) = delete;
   BatchTracker(BatchTracker&&) = default;
@@ -143,21 +143,25 @@ class BatchTracker {
   // they are armed in deadline order and a FIFO keeps them sorted (callers'
   // `now` never goes back; if it did, a fetch would only come late). A timer
   // is not erased when its batch finishes or is re-armed: it is stale once
-  // `arm` no longer matches its batch's (numbers are never reused), and is
-  // dropped when it reaches the front or when the FIFO is compacted.
+  // `arm` no longer matches its entry's (numbers are never reused, and a
+  // finished entry's is 0), and is dropped when it reaches the front or
+  // when the FIFO is compacted. Entries are pooled, never freed while a
+  // timer may point at them, so checking costs no lookup by id.
   struct SentTimer {
     TimePoint deadline;
-    std::string id;
+    Entry* entry;
     std::uint64_t arm;
   };
   using RetryTimer = std::pair<TimePoint, std::string>;
 
   Entry* Find(std::string_view id);
   // The batch `t` still times, or null when `t` is stale.
-  const Entry* LiveEntry(const SentTimer& t) const;
-  Entry* LiveEntry(const SentTimer& t) {
-    return const_cast<Entry*>(static_cast<const BatchTracker*>(this)->LiveEntry(t));
+  static Entry* LiveEntry(const SentTimer& t) {
+    return t.entry->arm == t.arm ? t.entry : nullptr;
   }
+  // A free entry from the pool (or a new one); Recycle gives it back.
+  Entry* NewEntry();
+  void Recycle(Entry* e);
   // The batch with the earliest retry deadline goes to the resubmit queue.
   void ResubmitFirstRetry();
   void ArmResend(Entry& entry, TimePoint deadline);
@@ -168,11 +172,16 @@ class BatchTracker {
   void Tidy() const;
 
   Options options_;
-  // Key: batch id. Node-based, so Entry pointers survive rehashing. The
-  // queues point at entries (no lookup per batch sent); an entry leaves
-  // its queue before it is erased (Complete), and a pending one is never
-  // erased.
-  std::unordered_map<std::string, Entry, IdHash, std::equal_to<>> batches_;
+  // Key: a view of the entry's own id. The queues and timers point at
+  // entries (no lookup per batch sent or timed); an entry leaves its queue
+  // before it is recycled (Complete), and a pending one is never recycled.
+  std::unordered_map<std::string_view, Entry*, IdHash> batches_;
+  // Every entry, in use or free: a deque, so they never move. A finished
+  // entry keeps its strings' buffers for the next batch (no allocation per
+  // batch in a steady stream); the pool is released when nothing is
+  // outstanding after it grew past kKeepEntries.
+  std::deque<Entry> pool_;
+  std::vector<Entry*> free_;
   std::deque<Entry*> pending_;   // state kPending, FIFO
   std::deque<Entry*> resubmit_;  // state kResubmit, FIFO
   mutable std::deque<SentTimer> resend_timers_;  // of kSent, by deadline

@@ -195,3 +195,47 @@ TEST(BatchTrackerTest, OutstandingBatchesKeepTheirResendDeadlineThroughChurn) {
 
 }  // namespace
 }  // namespace fleet::client
+
+namespace fleet::client {
+namespace {
+
+// Entries are pooled and reused: a finished batch's stale resend timer must
+// not fire for the next batch that takes its entry, a big pool left by a
+// burst is released once nothing is outstanding, and the tracker works on
+// after that with the same ids.
+TEST(BatchTrackerTest, ReusedAndReleasedEntriesKeepTimersAndIdsApart) {
+  BatchTracker t = Make(10000);
+  ASSERT_TRUE(t.Add("a", "q", "first payload"));
+  t.MarkSent(1, kT0);
+  ASSERT_TRUE(t.Complete("a"));
+  ASSERT_TRUE(t.Add("b", "", "second"));  // takes a's entry
+  EXPECT_EQ(Peek(t), std::vector<std::string>{"b"});
+  t.MarkSent(1, kT0 + seconds(5));
+  std::vector<std::string> fetch;
+  t.Due(kT0 + seconds(11), &fetch);  // a's deadline has passed, b's not
+  EXPECT_TRUE(fetch.empty());
+  t.Due(kT0 + seconds(15), &fetch);
+  EXPECT_EQ(fetch, std::vector<std::string>{"b"});
+  EXPECT_FALSE(t.Complete("a"));
+  ASSERT_TRUE(t.Complete("b"));
+
+  // A burst past the pool's keep size, all finished: released.
+  for (int i = 0; i < 6000; ++i) ASSERT_TRUE(t.Add("x" + std::to_string(i), "", "p"));
+  t.MarkSent(6000, kT0 + seconds(20));
+  for (int i = 0; i < 6000; ++i) ASSERT_TRUE(t.Complete("x" + std::to_string(i)));
+  EXPECT_EQ(t.outstanding(), 0u);
+  EXPECT_FALSE(t.NextDeadline().has_value());
+  ASSERT_TRUE(t.Add("x1", "", "again"));
+  std::vector<const BatchTracker::Batch*> out;
+  t.PeekSendable(10, 1 << 20, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0]->id, "x1");
+  EXPECT_EQ(out[0]->payload, "again");
+  t.MarkSent(1, kT0 + seconds(30));
+  fetch.clear();
+  t.Due(kT0 + seconds(40), &fetch);
+  EXPECT_EQ(fetch, std::vector<std::string>{"x1"});
+}
+
+}  // namespace
+}  // namespace fleet::client

@@ -73,7 +73,7 @@ std::uint32_t BatchStore::NewSlot() {
 
 BatchSeq BatchStore::Add(std::string_view id, std::string_view queue,
                          std::string_view payload, std::string_view owner,
-                         TimePoint now) {
+                         TimePoint now, bool pending) {
   const std::uint32_t slot = NewSlot();
   const std::uint32_t qi = QueueFor(queue);
   Batch& b = Slot(slot);
@@ -86,21 +86,37 @@ BatchSeq BatchStore::Add(std::string_view id, std::string_view queue,
   b.owner = owners_.Acquire(owner);
   b.worker = Name();
   b.attempts = 0;
-  b.state = BatchState::kQueued;
+  b.state = pending ? BatchState::kPending : BatchState::kQueued;
   b.enqueued_at = now;
   b.dispatched_at = TimePoint();
+  b.journal_segment = 0;
   b.order_ = next_order_++;
   b.queue_index_ = qi;
   max_generation_ = std::max<std::uint64_t>(max_generation_, b.generation_);
   by_id_.Insert(b.id, slot);
   const BatchSeq seq = (static_cast<BatchSeq>(b.generation_) << kSlotBits) | slot;
-  Queue& q = queues_[qi];
+  ++live_;
+  bytes_ += payload.size();
+  if (pending) {
+    ++pending_;
+  } else {
+    Queue& q = queues_[qi];
+    q.items.push_back(seq);
+    ++q.depth;
+    ++queued_;
+  }
+  return seq;
+}
+
+void BatchStore::Enqueue(BatchSeq seq) {
+  Batch* b = Get(seq);
+  if (b == nullptr || b->state != BatchState::kPending) return;
+  b->state = BatchState::kQueued;
+  --pending_;
+  Queue& q = queues_[b->queue_index_];
   q.items.push_back(seq);
   ++q.depth;
   ++queued_;
-  ++live_;
-  bytes_ += payload.size();
-  return seq;
 }
 
 std::optional<BatchSeq> BatchStore::PopFrom(Queue& q, std::uint32_t queue_index) {
@@ -150,7 +166,7 @@ std::optional<BatchSeq> BatchStore::Pop(const std::vector<std::string>& queues) 
 
 void BatchStore::Requeue(BatchSeq seq) {
   Batch* b = Get(seq);
-  if (b == nullptr || b->state == BatchState::kQueued) return;
+  if (b == nullptr || b->state != BatchState::kRunning) return;
   b->state = BatchState::kQueued;
   workers_.Release(b->worker);
   b->worker = Name();
@@ -167,6 +183,8 @@ void BatchStore::Erase(BatchSeq seq) {
     // Its seq stays in the deque and is skipped when popped.
     --queues_[b->queue_index_].depth;
     --queued_;
+  } else if (b->state == BatchState::kPending) {
+    --pending_;
   }
   bytes_ -= b->payload.size();
   by_id_.Erase(b->id, [this](std::uint32_t s) { return Slot(s).id; });

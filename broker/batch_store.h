@@ -28,7 +28,9 @@ namespace fleet::broker {
 
 using BatchSeq = std::uint64_t;
 
-enum class BatchState : std::uint8_t { kQueued, kRunning };
+// kPending: accepted, its journal record not on disk yet (durable mode):
+// held, in no queue, until Enqueue.
+enum class BatchState : std::uint8_t { kQueued, kRunning, kPending };
 
 // One held batch. Its text fields are views of storage the store owns; they
 // stay valid until the batch is erased. Callers may change `attempts` and
@@ -68,9 +70,13 @@ class BatchStore {
   Batch* Get(BatchSeq seq);
   const Batch* Get(BatchSeq seq) const;
 
-  // Adds a new batch at the back of its queue. Requires: FindId(id) empty.
+  // Adds a new batch at the back of its queue, or, when `pending`, held
+  // outside it until Enqueue. Requires: FindId(id) empty.
   BatchSeq Add(std::string_view id, std::string_view queue,
-               std::string_view payload, std::string_view owner, TimePoint now);
+               std::string_view payload, std::string_view owner, TimePoint now,
+               bool pending = false);
+  // Puts a pending batch at the back of its queue.
+  void Enqueue(BatchSeq seq);
 
   // Takes the oldest waiting batch from `queues` (every queue when empty),
   // turning round the queues so that none starves. Marks it running.
@@ -102,11 +108,13 @@ class BatchStore {
     }
   }
 
+  // Waiting in a queue (not counting pending ones).
   std::size_t queued() const { return queued_; }
+  std::size_t pending() const { return pending_; }
   // Payload bytes of every batch held, queued or running.
   std::size_t bytes() const { return bytes_; }
   std::size_t size() const { return live_; }
-  std::size_t running() const { return live_ - queued_; }
+  std::size_t running() const { return live_ - queued_ - pending_; }
   std::size_t Depth(std::string_view queue) const;
   // Depth of every queue that has ever held a batch, sorted by name.
   std::vector<std::pair<std::string, std::size_t>> Depths() const;
@@ -152,6 +160,7 @@ class BatchStore {
   std::size_t next_queue_ = 0;
   BatchSeq next_order_ = 1;
   std::size_t queued_ = 0;
+  std::size_t pending_ = 0;
   std::size_t bytes_ = 0;
   NameTable owners_;  // its counts are the batches held per producer
   NameTable workers_;

@@ -174,13 +174,20 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
     if (auto seq = batches_.FindId(item.id)) {
       ++counters_.resubmitted;
       batches_.SetOwner(*seq, identity);
-      out.accepted.emplace_back(item.id);
+      if (const Batch* b = batches_.Get(*seq); b->state == BatchState::kPending) {
+        // Answered with its write: the one out (SealCommit gave it a
+        // segment), or the next.
+        (b->journal_segment != 0 ? sealed_acks_ : open_acks_)
+            .push_back({std::string(identity), *seq});
+      } else {
+        out.accepted.emplace_back(item.id);
+      }
       continue;
     }
-    if (batches_.queued() >= options_.max_queue) {
+    if (batches_.queued() + batches_.pending() >= options_.max_queue) {
       ++counters_.rejected_queue_full;
       Reject(identity, item.id, ErrorCode::kQueueFull,
-             "queue full: " + std::to_string(batches_.queued()) +
+             "queue full: " + std::to_string(batches_.queued() + batches_.pending()) +
                  " batches waiting (--max-queue " + std::to_string(options_.max_queue) +
                  "); retry later");
       continue;
@@ -218,13 +225,17 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
                        "); it accepts again by itself once it can: retry later");
       continue;
     }
-    BatchSeq seq = batches_.Add(item.id, queue, item.payload, identity, now);
+    BatchSeq seq = batches_.Add(item.id, queue, item.payload, identity, now, off_loop_);
     if (journal_ != nullptr) {
       JournalAccepted(*batches_.Get(seq));
       uncommitted_.push_back(seq);
     }
     ++counters_.submitted;
-    out.accepted.emplace_back(item.id);
+    if (off_loop_) {
+      open_acks_.push_back({std::string(identity), seq});
+    } else {
+      out.accepted.emplace_back(item.id);
+    }
   }
 }
 
@@ -407,6 +418,12 @@ void BrokerCore::Complete(const proto::DoneItem& item, Worker* reporter, TimePoi
     return;
   }
   Batch* b = batches_.Get(*seq);
+  if (b->state == BatchState::kPending) {
+    // Accepted again but not on disk yet, so no worker holds it: a result
+    // from an earlier life of the id. It runs again (it may be taken back).
+    ++counters_.duplicates;
+    return;
+  }
   if (item.outcome == proto::Outcome::kRetry) {
     // The worker could not finish it (its handler process died): another
     // try, counted like a worker's death, but only for the attempt running
@@ -466,10 +483,27 @@ void BrokerCore::FinishFailed(BatchSeq seq, std::string error, TimePoint now) {
 // ---- journal (record format: broker/journal_records.h) ----
 
 void BrokerCore::JournalAccepted(Batch& b) {
-  records::EncodeAccepted(&journal_scratch_, b.id, b.queue, b.payload);
-  journal_->Append(records::kAccepted, journal_scratch_);
+  records::EncodeAcceptedHead(&journal_scratch_, b.id, b.queue);
+  journal_->Append(records::kAccepted, {journal_scratch_, b.payload});
+  if (off_loop_) return;  // its segment is the one SealCommit's write goes to
   b.journal_segment = journal_->active_segment();
   journal_->AddLive(b.journal_segment, JournalBytes(b));
+}
+
+void BrokerCore::SealCommit() {
+  // One write is out at a time, so the last one's batches were settled by
+  // AfterCommit before this one started.
+  const std::uint64_t segment = journal_->active_segment();
+  for (BatchSeq seq : uncommitted_) {
+    if (Batch* b = batches_.Get(seq)) {
+      b->journal_segment = segment;
+      journal_->AddLive(segment, JournalBytes(*b));
+    }
+  }
+  sealed_.swap(uncommitted_);
+  uncommitted_.clear();
+  sealed_acks_.swap(open_acks_);
+  open_acks_.clear();
 }
 
 std::uint64_t BrokerCore::JournalBytes(const Batch& b) {
@@ -490,13 +524,21 @@ void BrokerCore::JournalFinished(const Batch& b) {
 }
 
 void BrokerCore::AfterCommit(Journal::CommitResult result, TimePoint now) {
+  std::vector<BatchSeq>& written = off_loop_ ? sealed_ : uncommitted_;
   if (result == Journal::CommitResult::kRefused) {
     spdlog::warn("journal: {} batches accepted this turn did not reach the disk: refused "
                  "with disk_full (their producers send them again)",
-                 uncommitted_.size());
-    for (BatchSeq seq : uncommitted_) TakeBack(seq, now);
+                 written.size());
+    for (BatchSeq seq : written) TakeBack(seq, now);
+  } else if (off_loop_) {
+    // On disk: into their queues in the order they came, and "accepted".
+    for (BatchSeq seq : sealed_) batches_.Enqueue(seq);
+    for (HeldAck& a : sealed_acks_) {
+      if (const Batch* b = batches_.Get(a.seq)) Out(a.identity).accepted.emplace_back(b->id);
+    }
   }
-  uncommitted_.clear();
+  written.clear();
+  if (off_loop_) sealed_acks_.clear();
 }
 
 void BrokerCore::TakeBack(BatchSeq seq, TimePoint now) {
@@ -524,12 +566,22 @@ void BrokerCore::TakeBack(BatchSeq seq, TimePoint now) {
   for (auto& [identity, out] : outbox_.producers) {
     if (std::erase(out.accepted, id) > 0) out.rejected.push_back({id, ErrorCode::kDiskFull, why});
   }
+  // Off the loop, the "accepted" still owed (the write's, or a re-send's
+  // since) is a "disk_full" now.
+  for (std::vector<HeldAck>* acks : {&sealed_acks_, &open_acks_}) {
+    std::erase_if(*acks, [&](const HeldAck& a) {
+      if (a.seq != seq) return false;
+      Out(a.identity).rejected.push_back({id, ErrorCode::kDiskFull, why});
+      return true;
+    });
+  }
 }
 
 std::vector<std::string> BrokerCore::LiveIds(std::uint64_t upto) const {
   std::vector<std::string> ids;
   batches_.ForEach([&](const Batch& b) {
-    if (b.journal_segment <= upto) ids.emplace_back(b.id);
+    // A pending batch's record is in no closed segment yet.
+    if (b.journal_segment <= upto && b.state != BatchState::kPending) ids.emplace_back(b.id);
   });
   return ids;
 }

@@ -125,8 +125,20 @@ class BrokerCore {
   // is told which segment holds each unfinished batch. While the journal
   // cannot be written, new batches are refused with disk_full; everything
   // else goes on. Null: in memory.
-  void SetJournal(Journal* journal) { journal_ = journal; }
+  //
+  // `off_loop`: the loop commits with Journal::StartWrite/FinishWrite
+  // (SealCommit when a write starts, AfterCommit when it is done) and goes
+  // on meanwhile. New batches then wait outside their queues, and their
+  // "accepted" in the core, until AfterCommit says their write is on disk;
+  // a re-sent id of such a batch is answered with it.
+  void SetJournal(Journal* journal, bool off_loop = false) {
+    journal_ = journal;
+    off_loop_ = off_loop;
+  }
   const Journal* journal() const { return journal_; }
+  // Off-loop commit: a journal write holding every record appended so far
+  // has started; the batches accepted since the last one are in it.
+  void SealCommit();
   // Replay of one journal record (from `segment`) at start, before
   // SetJournal. Throws JournalError on a record it cannot read.
   void Restore(std::uint64_t segment, std::uint8_t type, std::string_view body, TimePoint now);
@@ -135,10 +147,13 @@ class BrokerCore {
   // found used up (it was on its last when the broker stopped). Returns how
   // many were dead-lettered.
   std::size_t FinishRestore(TimePoint now);
-  // The loop committed the journal with `result`. kRefused: the batches
-  // accepted since the last commit are not on disk; they are taken back
-  // (from the queue, or from the worker they were assigned to but not yet
-  // sent to) and refused with disk_full, so their producers send them again.
+  // The loop committed the journal with `result` (off the loop: the write
+  // of the last SealCommit is done). kRefused: the batches accepted since
+  // the last commit (in the sealed write) are not on disk; they are taken
+  // back (from the queue, or from the worker they were assigned to but not
+  // yet sent to) and refused with disk_full, so their producers send them
+  // again. Otherwise, off the loop, they join their queues and their
+  // producers are told "accepted".
   void AfterCommit(Journal::CommitResult result, TimePoint now);
   // Ids of the unfinished batches accepted in journal segments <= `upto`
   // (what a compaction keeps).
@@ -246,6 +261,17 @@ class BrokerCore {
   Journal* journal_ = nullptr;
   mutable std::string journal_scratch_;  // reused record buffer
   std::vector<BatchSeq> uncommitted_;    // accepted since the last commit
+  // Off-loop commit: "accepted" owed to a producer once the batch's record
+  // is on disk, for the batches accepted since the last SealCommit and for
+  // those in the write that is out.
+  struct HeldAck {
+    std::string identity;
+    BatchSeq seq;
+  };
+  bool off_loop_ = false;
+  std::vector<HeldAck> open_acks_;
+  std::vector<BatchSeq> sealed_;  // the batches of the write that is out
+  std::vector<HeldAck> sealed_acks_;
   std::uint64_t bad_input_logged_ = 0;
 };
 

@@ -60,6 +60,10 @@ struct BrokerOptions {
   std::string data_dir;
   std::uint64_t journal_segment_bytes = 64ull << 20;  // a new segment past this
   bool journal_recover = false;  // start past damaged records (--journal-recover)
+  // At most one journal write (and fdatasync) starts per interval; what
+  // comes meanwhile goes with the next (--journal-sync-interval-ms). 0: a
+  // write starts as soon as the last one is done.
+  Duration journal_sync_interval = std::chrono::milliseconds(1);
   JournalIo* journal_io = nullptr;  // tests: the journal's file system (null: the real one)
 };
 

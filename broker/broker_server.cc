@@ -127,7 +127,7 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
         jo, [&](std::uint64_t segment, std::uint8_t type, std::string_view body) {
           core_.Restore(segment, type, body, now);
         });
-    core_.SetJournal(journal_.get());
+    core_.SetJournal(journal_.get(), /*off_loop=*/true);
     core_.FinishRestore(now);
   }
   const std::size_t max_message_bytes = MaxMessageBytes(options);
@@ -248,6 +248,9 @@ void BrokerServer::Run(const std::function<bool()>& stop, const std::function<bo
   for (std::size_t i = 0; i < guards; ++i) {
     items.push_back({guard_->socket(i).handle(), 0, ZMQ_POLLIN, 0});
   }
+  // Durable mode: the journal's writer says a write (and its sync) is done.
+  const std::size_t journal_item = items.size();
+  if (journal_ != nullptr) items.push_back({nullptr, journal_->wake_fd(), ZMQ_POLLIN, 0});
   // Housekeeping runs twice per heartbeat so a heartbeat is never late by
   // more than half an interval.
   const Duration tick = options_.heartbeat / 2;
@@ -268,7 +271,7 @@ void BrokerServer::Run(const std::function<bool()>& stop, const std::function<bo
     // (thread-safe); the loop only reads the files.
     if (reload && reload()) ReloadAllowlists();
     TimePoint now = clock_.Now();
-    auto wait = std::chrono::ceil<Millis>(std::min(next_tick, metrics_due) - now);
+    auto wait = std::chrono::ceil<Millis>(std::min({next_tick, metrics_due, journal_due_}) - now);
     if (wait.count() < 0) wait = Millis(0);
     PollNoThrow(items.data(), items.size(), wait);
     now = clock_.Now();
@@ -280,6 +283,12 @@ void BrokerServer::Run(const std::function<bool()>& stop, const std::function<bo
     }
     const bool active = (items[0].revents | items[1].revents | items[2].revents) & ZMQ_POLLIN;
     busy_since_tick |= active;
+    // First, so that a write's batches are queued and answered this turn,
+    // and the next write (what came meanwhile) can start at its end.
+    if (journal_ != nullptr && (items[journal_item].revents & ZMQ_POLLIN) &&
+        journal_->writing()) {
+      core_.AfterCommit(journal_->FinishWrite(), now);
+    }
     if (items[0].revents & ZMQ_POLLIN) Drain(frontend_, Socket::kFrontend, now);
     if (items[1].revents & ZMQ_POLLIN) Drain(backend_, Socket::kBackend, now);
     if (items[2].revents & ZMQ_POLLIN) Drain(control_, Socket::kControl, now);
@@ -359,12 +368,37 @@ void BrokerServer::FlushAndRedispatch(TimePoint now) {
   }
 }
 
+void BrokerServer::StartJournalWrite(TimePoint now) {
+  // Group commit off the loop: what was appended since the last write (every
+  // turn's since then) goes to disk in one write + fdatasync on the
+  // journal's writer thread while the loop goes on. Its new batches join
+  // their queues, and their producers hear "accepted", only once it is done
+  // (Run: AfterCommit); when it fails (a full disk) they are refused with
+  // disk_full instead: nothing unwritten is acknowledged or dispatched.
+  // Writes start at most one per --journal-sync-interval-ms: under load
+  // each then carries more batches (a sync costs mostly per sync, not per
+  // byte), and a batch that comes after a quiet spell is written at once.
+  if (journal_->writing() || !journal_->pending()) return;
+  if (now < last_write_start_ + options_.journal_sync_interval) {
+    journal_due_ = last_write_start_ + options_.journal_sync_interval;
+    return;
+  }
+  journal_due_ = TimePoint::max();
+  switch (journal_->StartWrite()) {
+    case Journal::StartResult::kStarted:
+      last_write_start_ = now;
+      core_.SealCommit();
+      break;
+    case Journal::StartResult::kRefused:
+      core_.SealCommit();
+      core_.AfterCommit(Journal::CommitResult::kRefused, now);
+      break;
+    case Journal::StartResult::kNothing: break;
+  }
+}
+
 void BrokerServer::Flush(TimePoint now) {
-  // Group commit: everything this turn accepted or finished goes to disk in
-  // one write + fdatasync, before any producer hears "accepted". When the
-  // write fails (a full disk), the turn's new batches are taken back and
-  // refused with disk_full instead: nothing unwritten is acknowledged.
-  if (journal_ != nullptr) core_.AfterCommit(journal_->Commit(), now);
+  if (journal_ != nullptr) StartJournalWrite(now);
   Outbox& out = core_.outbox();
   if (out.empty()) {
     core_.AfterFlush(now);

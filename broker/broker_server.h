@@ -79,12 +79,18 @@ class BrokerServer {
   // Flush, and if that found a worker gone, dispatch what came back and
   // flush again.
   void FlushAndRedispatch(TimePoint now);
+  // Durable mode: starts the journal's next write unless one is out or the
+  // last started less than --journal-sync-interval-ms ago (then
+  // journal_due_ says when).
+  void StartJournalWrite(TimePoint now);
   zmq::socket_t& SocketFor(Socket which);
 
   BrokerOptions options_;
   const Clock& clock_;
   BrokerCore core_;
   std::unique_ptr<Journal> journal_;
+  TimePoint last_write_start_;                 // of the journal's last write
+  TimePoint journal_due_ = TimePoint::max();  // a paced write starts then
   proto::Limits limits_;
   zmq::context_t context_;
   zmq::socket_t frontend_;

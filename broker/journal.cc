@@ -11,6 +11,9 @@
 #include <cstring>
 #include <unordered_set>
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 namespace fleet::broker {
 
 namespace {
@@ -66,16 +69,30 @@ std::string SegmentHeader(std::uint64_t first) {
   return h;
 }
 
+void StoreLe32(char* p, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+// One record whose body is the `n` parts one after the other.
+void EncodeRecord(std::string& out, std::uint8_t type, const std::string_view* parts,
+                  std::size_t n) {
+  std::size_t size = 0;
+  for (std::size_t i = 0; i < n; ++i) size += parts[i].size();
+  char head[Journal::kRecordHeader];
+  StoreLe32(head, static_cast<std::uint32_t>(size));
+  StoreLe32(head + 4, LengthCheck(head));
+  head[12] = static_cast<char>(type);
+  std::uint32_t crc = Crc32c(std::string_view(head, 4));
+  crc = Crc32c(std::string_view(head + 12, 1), crc);
+  for (std::size_t i = 0; i < n; ++i) crc = Crc32c(parts[i], crc);
+  StoreLe32(head + 8, crc);
+  out.reserve(out.size() + sizeof head + size);
+  out.append(head, sizeof head);
+  for (std::size_t i = 0; i < n; ++i) out.append(parts[i]);
+}
+
 void EncodeRecord(std::string& out, std::uint8_t type, std::string_view body) {
-  const std::size_t at = out.size();
-  PutLe32(out, static_cast<std::uint32_t>(body.size()));
-  PutLe32(out, LengthCheck(out.data() + at));
-  const char t = static_cast<char>(type);
-  std::uint32_t crc = Crc32c(std::string_view(out.data() + at, 4));
-  crc = Crc32c(std::string_view(&t, 1), crc);
-  PutLe32(out, Crc32c(body, crc));
-  out.push_back(t);
-  out.append(body);
+  EncodeRecord(out, type, &body, 1);
 }
 
 // What a segment's first bytes say about it.
@@ -201,15 +218,47 @@ std::uint32_t ReadLe32(const char* p) {
 }
 
 void PutLe32(std::string& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  char b[4];
+  StoreLe32(b, v);
+  out.append(b, 4);
 }
 
-std::uint32_t Crc32c(std::string_view data, std::uint32_t crc) {
+std::uint32_t Crc32cPortable(std::string_view data, std::uint32_t crc) {
   static const std::array<std::uint32_t, 256> table = MakeCrcTable();
   crc = ~crc;
   for (unsigned char c : data) crc = table[(crc ^ c) & 0xff] ^ (crc >> 8);
   return ~crc;
 }
+
+#if defined(__x86_64__)
+namespace {
+// SSE 4.2's crc32 instruction computes CRC-32C (same reflected polynomial),
+// 8 bytes at a time: the journal checks every byte it writes and reads.
+__attribute__((target("sse4.2"))) std::uint32_t Crc32cSse42(std::string_view data,
+                                                            std::uint32_t crc) {
+  const char* p = data.data();
+  std::size_t n = data.size();
+  std::uint64_t c = ~crc;
+  for (; n >= 8; p += 8, n -= 8) {
+    std::uint64_t v;
+    std::memcpy(&v, p, 8);
+    c = __builtin_ia32_crc32di(c, v);
+  }
+  auto c32 = static_cast<std::uint32_t>(c);
+  for (; n > 0; ++p, --n) c32 = __builtin_ia32_crc32qi(c32, static_cast<unsigned char>(*p));
+  return ~c32;
+}
+const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");
+}  // namespace
+
+std::uint32_t Crc32c(std::string_view data, std::uint32_t crc) {
+  return kHaveSse42 ? Crc32cSse42(data, crc) : Crc32cPortable(data, crc);
+}
+#else
+std::uint32_t Crc32c(std::string_view data, std::uint32_t crc) {
+  return Crc32cPortable(data, crc);
+}
+#endif
 
 // ---- compaction job (runs on its own thread) ----
 
@@ -306,6 +355,59 @@ struct Journal::Job {
   }
 };
 
+// ---- writer (StartWrite's thread) ----
+
+// The loop fills `header`, `sync_part` and `lazy_part` and sets `job`; the
+// thread writes them to `file`, syncs when `syncing`, cuts a failed write
+// off at `truncate_to`, sets `error` and `done` and writes to the eventfd.
+// The loop touches the parts and the file only while no job is out.
+struct Journal::Writer {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool job = false;
+  bool done = false;
+  bool stop = false;
+  JournalFile* file = nullptr;
+  std::string header, sync_part, lazy_part;
+  bool syncing = false;  // fdatasync after the write
+  std::uint64_t truncate_to = 0;
+  int error = 0;
+  bool synced = false;
+  int wake_fd = -1;
+  std::thread thread;
+
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      cv.wait(lock, [&] { return job || stop; });
+      if (!job) return;
+      lock.unlock();
+      std::string_view parts[3] = {header, sync_part, lazy_part};
+      int e = file->Append(parts, 3);
+      bool did_sync = false;
+      if (e == 0 && syncing) {
+        e = file->Sync();
+        did_sync = e == 0;
+      }
+      if (e != 0) {
+        if (const int t = file->Truncate(truncate_to)) {
+          spdlog::error("journal: cannot cut a failed write off the active segment: {}",
+                        ErrnoText(t));
+        }
+      }
+      lock.lock();
+      error = e;
+      synced = did_sync;
+      job = false;
+      done = true;
+      cv.notify_all();
+      const std::uint64_t one = 1;
+      // Cannot fail short of a counter at 2^64 - 1 (it is read after each).
+      [[maybe_unused]] const ssize_t n = ::write(wake_fd, &one, sizeof one);
+    }
+  }
+};
+
 // ---- journal ----
 
 Journal::Journal(JournalOptions options)
@@ -313,6 +415,16 @@ Journal::Journal(JournalOptions options)
       io_(options_.io != nullptr ? *options_.io : JournalIo::Default()) {}
 
 Journal::~Journal() {
+  if (writing_) FinishWrite();
+  if (writer_ != nullptr) {
+    {
+      std::lock_guard<std::mutex> lock(writer_->mu);
+      writer_->stop = true;
+    }
+    writer_->cv.notify_all();
+    writer_->thread.join();
+    ::close(writer_->wake_fd);
+  }
   if (job_ != nullptr) {
     job_->cancel = true;
     CollectCompaction(/*wait=*/true);
@@ -557,8 +669,15 @@ bool Journal::OpenSegment(std::uint64_t number) {
 }
 
 void Journal::Append(std::uint8_t type, std::string_view body, bool must_sync) {
-  if (body.size() > kMaxRecordBytes) throw JournalError("journal: record too large");
-  EncodeRecord(must_sync ? sync_buffer_ : lazy_buffer_, type, body);
+  Append(type, {body}, must_sync);
+}
+
+void Journal::Append(std::uint8_t type, std::initializer_list<std::string_view> parts,
+                     bool must_sync) {
+  std::size_t size = 0;
+  for (std::string_view p : parts) size += p.size();
+  if (size > kMaxRecordBytes) throw JournalError("journal: record too large");
+  EncodeRecord(must_sync ? sync_buffer_ : lazy_buffer_, type, parts.begin(), parts.size());
   ++stats_.records_appended;
 }
 
@@ -593,22 +712,26 @@ int Journal::WriteBuffers(bool include_sync_records, bool force_sync) {
     }
     return e;
   }
-  active_bytes_ += total;
-  if (space_) *space_ -= std::min<std::uint64_t>(*space_, total);
-  segments_[active_number_].bytes = active_bytes_;
-  stats_.bytes_written += total;
-  stats_.bytes_on_disk += total;  // exact again at the next Maintain
+  Wrote(total);
   if (with_sync_records) sync_buffer_.clear();
   lazy_buffer_.clear();
   if (active_bytes_ >= options_.segment_bytes) OpenSegment(active_number_ + 1);
   return 0;
 }
 
+void Journal::Wrote(std::uint64_t bytes) {
+  active_bytes_ += bytes;
+  if (space_) *space_ -= std::min<std::uint64_t>(*space_, bytes);
+  segments_[active_number_].bytes = active_bytes_;
+  stats_.bytes_written += bytes;
+  stats_.bytes_on_disk += bytes;  // exact again at the next Maintain
+}
+
 bool Journal::Admit(std::uint64_t bytes) {
   if (state_ != JournalState::kOk) return false;
   if (!space_) return true;
-  const std::uint64_t want =
-      sync_buffer_.size() + lazy_buffer_.size() + bytes + kReserveBytes + kSegmentHeader;
+  const std::uint64_t want = writing_bytes_ + sync_buffer_.size() + lazy_buffer_.size() + bytes +
+                             kReserveBytes + kSegmentHeader;
   if (want <= *space_) return true;
   if (bytes + kReserveBytes > resume_free_bytes() && *space_ >= resume_free_bytes()) {
     // A batch larger than the space the journal resumes at: refused alone,
@@ -623,6 +746,7 @@ bool Journal::Admit(std::uint64_t bytes) {
 }
 
 Journal::CommitResult Journal::Commit() {
+  if (writing_) FinishWrite();
   if (!pending()) return CommitResult::kNothing;
   const bool had_sync = !sync_buffer_.empty();
   // While unavailable, records that need no sync wait for Maintain; new
@@ -637,6 +761,90 @@ Journal::CommitResult Journal::Commit() {
     return CommitResult::kRefused;
   }
   ++stats_.commits;
+  return CommitResult::kWritten;
+}
+
+int Journal::wake_fd() {
+  if (writer_ == nullptr) {
+    const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (fd < 0) throw JournalError("journal: eventfd: " + ErrnoText(errno));
+    writer_ = std::make_unique<Writer>();
+    writer_->wake_fd = fd;
+    writer_->thread = std::thread([w = writer_.get()] { w->Run(); });
+  }
+  return writer_->wake_fd;
+}
+
+Journal::StartResult Journal::StartWrite() {
+  if (writing_ || !pending()) return StartResult::kNothing;
+  const bool had_sync = !sync_buffer_.empty();
+  // As Commit: while unavailable, records that need no sync wait for
+  // Maintain, and new batches accepted before it turned so are written.
+  if (state_ != JournalState::kOk && !had_sync) return StartResult::kNothing;
+  if (file_ == nullptr) {
+    BecomeUnavailable(problem_errno_ != 0 ? problem_errno_ : EIO,
+                      "write " + SegmentPath(active_number_));
+    sync_buffer_.clear();
+    if (!had_sync) return StartResult::kNothing;
+    ++stats_.refused_commits;
+    return StartResult::kRefused;
+  }
+  wake_fd();
+  Writer& w = *writer_;
+  {
+    std::lock_guard<std::mutex> lock(w.mu);
+    // The parts were cleared by the last FinishWrite: swapping keeps both
+    // sides' capacity, so a steady stream allocates nothing here.
+    w.header = active_bytes_ == 0 ? SegmentHeader(active_number_) : std::string();
+    w.sync_part.swap(sync_buffer_);
+    w.lazy_part.swap(lazy_buffer_);
+    w.syncing = had_sync && options_.sync;
+    w.file = file_.get();
+    w.truncate_to = active_bytes_;
+    w.error = 0;
+    w.synced = false;
+    w.done = false;
+    w.job = true;
+    writing_bytes_ = w.header.size() + w.sync_part.size() + w.lazy_part.size();
+  }
+  w.cv.notify_all();
+  writing_ = true;
+  return StartResult::kStarted;
+}
+
+Journal::CommitResult Journal::FinishWrite() {
+  Writer& w = *writer_;
+  {
+    std::unique_lock<std::mutex> lock(w.mu);
+    w.cv.wait(lock, [&] { return w.done; });
+    w.done = false;
+  }
+  std::uint64_t count = 0;
+  [[maybe_unused]] const ssize_t n = ::read(w.wake_fd, &count, sizeof count);
+  writing_ = false;
+  const std::uint64_t total = writing_bytes_;
+  writing_bytes_ = 0;
+  const bool had_sync = !w.sync_part.empty();
+  if (w.error != 0) {
+    BecomeUnavailable(w.error, "write " + SegmentPath(active_number_));
+    // The records that need no sync are written later, before those
+    // appended since; the must-sync ones are dropped (their batches are
+    // refused).
+    w.lazy_part.append(lazy_buffer_);
+    lazy_buffer_.swap(w.lazy_part);
+    w.lazy_part.clear();
+    w.sync_part.clear();
+    if (!had_sync) return CommitResult::kNothing;
+    ++stats_.refused_commits;
+    return CommitResult::kRefused;
+  }
+  if (w.synced) ++stats_.syncs;
+  unsynced_ = !had_sync;
+  Wrote(total);
+  w.sync_part.clear();
+  w.lazy_part.clear();
+  ++stats_.commits;
+  if (active_bytes_ >= options_.segment_bytes) OpenSegment(active_number_ + 1);
   return CommitResult::kWritten;
 }
 
@@ -683,7 +891,7 @@ Journal::Segment& Journal::SegmentFor(std::uint64_t number) {
 bool Journal::Maintain(const LiveIds& live_ids) {
   CollectCompaction(/*wait=*/false);
   bool resumed = false;
-  if (state_ != JournalState::kOk) {
+  if (state_ != JournalState::kOk && !writing_) {
     // Leave an active segment that holds batches, or is the oldest, so that
     // it can go once they finish (on a full disk nothing else frees
     // space). Not one that holds only other segments' finished records:
@@ -711,7 +919,7 @@ bool Journal::Maintain(const LiveIds& live_ids) {
       problem_errno_ = 0;
       resumed = true;
     }
-  } else {
+  } else if (state_ == JournalState::kOk) {
     DeleteDeadSegments();
     MaybeStartCompaction(live_ids);
   }

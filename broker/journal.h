@@ -15,8 +15,12 @@
 // type+body | u8 type | body) are still read.
 //
 // Durability: Append only buffers; Commit writes what was appended since
-// the last one and fdatasyncs when a record that must be synced is among it
-// (group commit, once per loop turn, before the broker acknowledges).
+// the last one and fdatasyncs when a record that must be synced is among it.
+// The broker uses StartWrite/FinishWrite instead: the same write and sync on
+// a writer thread, so the loop goes on serving while the disk syncs, and
+// everything appended meanwhile goes to disk together with the next sync
+// (group commit). Either way the broker acknowledges a batch, or gives it
+// to a worker, only after the write holding its record has been synced.
 //
 // Replay (Open) visits every record in order. A torn tail -- a last record
 // cut short, or zeros, at the end of the newest segment, as a crash leaves
@@ -48,11 +52,13 @@
 // Open never fails because the disk is full.
 //
 // Not thread-safe; the broker loop owns it (the compaction thread shares
-// only its job, under a mutex).
+// only its job, and the writer thread only the write that is out, each
+// under a mutex).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -123,7 +129,10 @@ void PutLe32(std::string& out, std::uint32_t v);
 std::uint32_t ReadLe32(const char* p);
 
 // CRC-32C (Castagnoli), as used by the record format.
+// With SSE 4.2 where the CPU has it; Crc32cPortable is the table version
+// (the same values, for tests and other CPUs).
 std::uint32_t Crc32c(std::string_view data, std::uint32_t crc = 0);
+std::uint32_t Crc32cPortable(std::string_view data, std::uint32_t crc = 0);
 
 class Journal {
  public:
@@ -153,6 +162,10 @@ class Journal {
   // written by the next Commit that can, synced with the next one that
   // must (or by the OS): losing them in a crash must be harmless.
   void Append(std::uint8_t type, std::string_view body, bool must_sync = true);
+  // The same, with a body made of `parts` one after the other (no copy of
+  // them is made to join them).
+  void Append(std::uint8_t type, std::initializer_list<std::string_view> parts,
+              bool must_sync = true);
 
   enum class CommitResult {
     kNothing,  // nothing to write
@@ -161,6 +174,28 @@ class Journal {
   };
   CommitResult Commit();
   bool pending() const { return !sync_buffer_.empty() || !lazy_buffer_.empty(); }
+  std::size_t buffered_bytes() const { return sync_buffer_.size() + lazy_buffer_.size(); }
+
+  // Commit off the loop (how the broker runs it). StartWrite hands what is
+  // buffered to the journal's writer thread and returns at once; wake_fd()
+  // turns readable when that write, and its fdatasync when a must-sync
+  // record is among it, is done; FinishWrite, on the loop, collects the
+  // result as Commit would have returned it. One write at a time: what is
+  // appended meanwhile goes with the next (group commit). While a write is
+  // out, the records it carries are in active_segment(). Commit() waits for
+  // a write that is out and drops its result: use one way or the other.
+  enum class StartResult {
+    kNothing,  // nothing to write (or only records that wait while unavailable)
+    kStarted,  // writing; FinishWrite when wake_fd() is readable
+    kRefused,  // no file to write to: this turn's must-sync records were dropped
+  };
+  StartResult StartWrite();
+  bool writing() const { return writing_; }
+  // Starts the writer thread on first use. Readable (an eventfd) while a
+  // finished write waits for FinishWrite.
+  int wake_fd();
+  // Requires writing(); waits for the write if it is still going.
+  CommitResult FinishWrite();
 
   JournalState state() const { return state_; }
   bool accepting() const { return state_ == JournalState::kOk; }
@@ -207,6 +242,7 @@ class Journal {
     std::uint64_t live_bytes = 0;
   };
   struct Job;
+  struct Writer;
 
   explicit Journal(JournalOptions options);
   void Replay(const Visitor& visit);
@@ -222,6 +258,8 @@ class Journal {
   void CollectCompaction(bool wait);
   void RefreshGauges();
   Segment& SegmentFor(std::uint64_t number);
+  // Accounts `bytes` written to the active segment.
+  void Wrote(std::uint64_t bytes);
 
   JournalOptions options_;
   JournalIo& io_;
@@ -236,6 +274,9 @@ class Journal {
   std::string problem_;
   int problem_errno_ = 0;
   std::unique_ptr<Job> job_;
+  std::unique_ptr<Writer> writer_;  // StartWrite's thread, once used
+  bool writing_ = false;
+  std::uint64_t writing_bytes_ = 0;  // of the write that is out
   std::thread job_thread_;
   int compaction_backoff_ = 0;  // ticks to wait after a failed compaction
   // Free bytes on the disk at the last look, less what was written since;

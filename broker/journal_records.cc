@@ -21,11 +21,15 @@ bool TakeField(std::string_view* in, std::string_view* field) {
 
 }  // namespace
 
-void EncodeAccepted(std::string* out, std::string_view id, std::string_view queue,
-                    std::string_view payload) {
+void EncodeAcceptedHead(std::string* out, std::string_view id, std::string_view queue) {
   out->clear();
   PutField(out, id);
   PutField(out, queue);
+}
+
+void EncodeAccepted(std::string* out, std::string_view id, std::string_view queue,
+                    std::string_view payload) {
+  EncodeAcceptedHead(out, id, queue);
   out->append(payload);
 }
 

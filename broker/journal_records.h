@@ -44,6 +44,10 @@ struct Dispatched {
 void EncodeAccepted(std::string* out, std::string_view id, std::string_view queue,
                     std::string_view payload);
 void EncodeDispatched(std::string* out, std::uint32_t attempts, std::string_view id);
+// The accepted record's body up to its payload: the body is this followed
+// by the payload (Journal::Append with two parts, so the payload is copied
+// once, into the journal's buffer).
+void EncodeAcceptedHead(std::string* out, std::string_view id, std::string_view queue);
 
 // The fields of a record body (views into `body`); empty when the body is
 // too short, a length runs past its end, or the id is empty.

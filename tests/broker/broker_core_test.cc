@@ -1038,6 +1038,99 @@ TEST_F(BrokerCoreJournalTest, FullDiskRefusesNewBatchesWithDiskFullAndKeepsServi
   EXPECT_TRUE(core_->batches().FindId("d").has_value());
 }
 
+// Off-loop commit (how the server runs the journal): a new batch is neither
+// acknowledged nor dispatchable until the write holding its record is done.
+class BrokerCoreOffLoopJournalTest : public BrokerCoreJournalTest {
+ protected:
+  BrokerCoreOffLoopJournalTest() { core_->SetJournal(journal_.get(), /*off_loop=*/true); }
+  // The server's Flush: starts the next write (and seals its batches).
+  bool StartWrite() {
+    switch (journal_->StartWrite()) {
+      case Journal::StartResult::kStarted: core_->SealCommit(); return true;
+      case Journal::StartResult::kRefused:
+        core_->SealCommit();
+        core_->AfterCommit(Journal::CommitResult::kRefused, clock_.Now());
+        return false;
+      case Journal::StartResult::kNothing: return false;
+    }
+    return false;
+  }
+  // The server's wake-up from the writer.
+  Journal::CommitResult FinishWrite() {
+    const Journal::CommitResult r = journal_->FinishWrite();
+    core_->AfterCommit(r, clock_.Now());
+    return r;
+  }
+};
+
+TEST_F(BrokerCoreOffLoopJournalTest, NewBatchIsAcknowledgedAndDispatchedOnlyOnceOnDisk) {
+  Hello("I-w1", "w1", 4);
+  Submit("P", {"a"});
+  EXPECT_TRUE(PumpAndFlush().empty()) << "not on disk: no worker gets it";
+  EXPECT_TRUE(accepted_["P"].empty());
+  EXPECT_EQ(core_->batches().pending(), 1u);
+  EXPECT_EQ(core_->batches().queued(), 0u);
+  Submit("P2", {"a"});  // the same id again, before its write started
+  ASSERT_TRUE(StartWrite());
+  Submit("P3", {"a"});  // and while its write is out
+  Submit("P", {"b"});   // a new one while the write is out: the next write
+  EXPECT_TRUE(PumpAndFlush().empty());
+  EXPECT_EQ(FinishWrite(), Journal::CommitResult::kWritten);
+  auto sent = PumpAndFlush();
+  EXPECT_EQ(sent["w1"], std::vector<std::string>{"a"});
+  EXPECT_EQ(accepted_["P"], std::vector<std::string>{"a"});
+  EXPECT_EQ(accepted_["P2"], std::vector<std::string>{"a"});
+  EXPECT_EQ(accepted_["P3"], std::vector<std::string>{"a"});
+  EXPECT_EQ(core_->counters().submitted, 2u);
+  EXPECT_EQ(core_->counters().resubmitted, 2u);
+  ASSERT_TRUE(StartWrite());
+  EXPECT_EQ(FinishWrite(), Journal::CommitResult::kWritten);
+  EXPECT_EQ(PumpAndFlush()["w1"], std::vector<std::string>{"b"});
+  EXPECT_EQ(accepted_["P"], (std::vector<std::string>{"a", "b"}));
+  // The result goes to whoever asked last.
+  Done("I-w1", "a");
+  PumpAndFlush();
+  EXPECT_EQ(results_["P3"], std::vector<std::string>{"a"});
+  Restart();
+  EXPECT_TRUE(core_->batches().FindId("b").has_value());
+}
+
+TEST_F(BrokerCoreOffLoopJournalTest, FailedWriteRefusesEveryProducerOfItsBatchesWithDiskFull) {
+  Hello("I-w1", "w1", 4);
+  io_.FailSyncs(1);
+  Submit("P", {"a", "b"});
+  Submit("P2", {"a"});
+  ASSERT_TRUE(StartWrite());
+  Submit("P3", {"b"});  // answered with the write it waits for
+  EXPECT_EQ(FinishWrite(), Journal::CommitResult::kRefused);
+  EXPECT_TRUE(PumpAndFlush().empty());
+  EXPECT_EQ(Count(rejected_["P"], ErrorCode::kDiskFull), 2u);
+  EXPECT_EQ(Count(rejected_["P2"], ErrorCode::kDiskFull), 1u);
+  EXPECT_EQ(Count(rejected_["P3"], ErrorCode::kDiskFull), 1u);
+  EXPECT_TRUE(accepted_.empty() || (accepted_["P"].empty() && accepted_["P2"].empty()));
+  EXPECT_FALSE(core_->batches().FindId("a").has_value());
+  EXPECT_EQ(core_->batches().size(), 0u);
+  EXPECT_EQ(core_->counters().submitted, 0u);
+  // Accepting again after the retry.
+  EXPECT_TRUE(journal_->Maintain([&](std::uint64_t upto) { return core_->LiveIds(upto); }));
+  Submit("P", {"a"});
+  ASSERT_TRUE(StartWrite());
+  EXPECT_EQ(FinishWrite(), Journal::CommitResult::kWritten);
+  EXPECT_EQ(PumpAndFlush()["w1"], std::vector<std::string>{"a"});
+  EXPECT_EQ(accepted_["P"], std::vector<std::string>{"a"});
+}
+
+TEST_F(BrokerCoreOffLoopJournalTest, ResultForABatchNotOnDiskYetIsIgnored) {
+  Hello("I-w1", "w1", 4);
+  Submit("P", {"a"});
+  Done("I-w1", "a");  // no worker was given it: a result from an earlier life of the id
+  EXPECT_EQ(core_->counters().duplicates, 1u);
+  ASSERT_TRUE(StartWrite());
+  EXPECT_EQ(FinishWrite(), Journal::CommitResult::kWritten);
+  EXPECT_EQ(PumpAndFlush()["w1"], std::vector<std::string>{"a"});
+  EXPECT_TRUE(results_["P"].empty());
+}
+
 TEST_F(BrokerCoreJournalTest, RestartOnAFullDiskServesTheBatchesItHolds) {
   Submit("P", {"a", "b"});
   Turn();

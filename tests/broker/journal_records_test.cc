@@ -49,3 +49,23 @@ TEST(JournalRecordsTest, DispatchedRecordKeepsTheAttemptCount) {
 
 }  // namespace
 }  // namespace fleet::broker::records
+
+namespace fleet::broker::records {
+namespace {
+
+TEST(JournalRecordsTest, AcceptedHeadFollowedByThePayloadIsTheAcceptedBody) {
+  std::string whole;
+  std::string head;
+  EncodeAccepted(&whole, "batch-7", "gpu", std::string("p\0q", 3));
+  EncodeAcceptedHead(&head, "batch-7", "gpu");
+  EXPECT_EQ(head + std::string("p\0q", 3), whole);
+  const std::string body = head + "xyz";
+  auto a = DecodeAccepted(body);
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->id, "batch-7");
+  EXPECT_EQ(a->queue, "gpu");
+  EXPECT_EQ(a->payload, "xyz");
+}
+
+}  // namespace
+}  // namespace fleet::broker::records

@@ -1,6 +1,7 @@
 #include "broker/journal.h"
 
 #include <dirent.h>
+#include <poll.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -108,6 +109,21 @@ void FillAroundAStuckBatch(Journal& j) {
     j.Append(kFin, id, false);
     j.Commit();
   }
+}
+
+TEST(Crc32cTest, FastAndPortableAgreeOnEveryLengthAndChaining) {
+  std::string data;
+  std::uint32_t x = 12345;
+  for (int i = 0; i < 300; ++i) {
+    x = x * 1103515245u + 12345u;
+    data.push_back(static_cast<char>(x >> 16));
+  }
+  for (std::size_t n = 0; n <= data.size(); ++n) {
+    const std::string_view d(data.data(), n);
+    ASSERT_EQ(Crc32c(d), Crc32cPortable(d)) << n;
+    ASSERT_EQ(Crc32c(d.substr(n / 3), Crc32c(d.substr(0, n / 3))), Crc32cPortable(d)) << n;
+  }
+  EXPECT_EQ(Crc32cPortable("123456789"), 0xE3069283u);
 }
 
 TEST(Crc32cTest, KnownVector) {
@@ -659,6 +675,102 @@ TEST_F(JournalTest, OpensOnAFullDiskAndServesWhatItHolds) {
   EXPECT_EQ(j->Commit(), Journal::CommitResult::kNothing);
   EXPECT_EQ(j->state(), JournalState::kNoSpace);
   EXPECT_TRUE(j->pending()) << "the finished record waits for space";
+}
+
+// The writer thread's side of the journal (StartWrite / wake_fd / FinishWrite).
+bool Readable(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, timeout_ms) == 1 && (p.revents & POLLIN);
+}
+
+void WaitForHeldWriter(FaultyJournalIo& io) {
+  while (io.held_writers() == 0) std::this_thread::yield();
+}
+
+TEST_F(JournalTest, WriteOffTheLoopCarriesWhatCameBeforeItAndTheNextTakesTheRest) {
+  FaultyJournalIo io;
+  JournalOptions o = WithKeys(Options());
+  o.io = &io;
+  std::unique_ptr<Journal> j;
+  Replay(o, &j);
+  const int fd = j->wake_fd();
+  EXPECT_FALSE(Readable(fd, 0));
+  io.HoldWrites(".log");
+  j->Append(kAcc, "a");
+  ASSERT_EQ(j->StartWrite(), Journal::StartResult::kStarted);
+  EXPECT_TRUE(j->writing());
+  WaitForHeldWriter(io);
+  // The loop goes on: what it appends now waits for the next write, and the
+  // disk check counts the bytes that are out.
+  j->Append(kAcc, "b");
+  j->Append(kFin, "a", false);
+  EXPECT_EQ(j->StartWrite(), Journal::StartResult::kNothing) << "one write at a time";
+  EXPECT_FALSE(Readable(fd, 0));
+  io.Release();
+  ASSERT_TRUE(Readable(fd, 10000));
+  EXPECT_EQ(j->FinishWrite(), Journal::CommitResult::kWritten);
+  EXPECT_FALSE(j->writing());
+  EXPECT_FALSE(Readable(fd, 0)) << "the wake-up is consumed";
+  EXPECT_EQ(j->stats().syncs, 1u);
+  EXPECT_TRUE(j->pending());
+  ASSERT_EQ(j->StartWrite(), Journal::StartResult::kStarted);
+  EXPECT_EQ(j->FinishWrite(), Journal::CommitResult::kWritten);  // waits for it
+  EXPECT_EQ(j->stats().syncs, 2u);
+  EXPECT_EQ(j->stats().commits, 2u);
+  EXPECT_FALSE(j->pending());
+  EXPECT_EQ(j->StartWrite(), Journal::StartResult::kNothing);
+  j.reset();
+  EXPECT_THAT(Replay(o), ::testing::ElementsAre(Record{kAcc, "a"}, Record{kAcc, "b"},
+                                                Record{kFin, "a"}));
+}
+
+TEST_F(JournalTest, FailedWriteOffTheLoopDropsItsMustSyncRecordsAndKeepsTheOthers) {
+  FaultyJournalIo io;
+  JournalOptions o = WithKeys(Options());
+  o.io = &io;
+  std::unique_ptr<Journal> j;
+  Replay(o, &j);
+  io.FailSyncs(1);
+  j->Append(kFin, "old", false);
+  j->Append(kAcc, "a");
+  ASSERT_EQ(j->StartWrite(), Journal::StartResult::kStarted);
+  j->Append(kFin, "newer", false);  // while the write is out
+  EXPECT_EQ(j->FinishWrite(), Journal::CommitResult::kRefused);
+  EXPECT_EQ(j->state(), JournalState::kFailed);
+  EXPECT_EQ(j->stats().refused_commits, 1u);
+  EXPECT_FALSE(j->Admit(100)) << "no new batch while it cannot write";
+  // Records that need no sync are kept, in their order, and written by the
+  // retry that makes the journal accept again.
+  EXPECT_TRUE(j->Maintain(NoIds()));
+  j->Append(kAcc, "b");
+  ASSERT_EQ(j->StartWrite(), Journal::StartResult::kStarted);
+  EXPECT_EQ(j->FinishWrite(), Journal::CommitResult::kWritten);
+  j.reset();
+  EXPECT_THAT(Replay(o), ::testing::ElementsAre(Record{kFin, "old"}, Record{kFin, "newer"},
+                                                Record{kAcc, "b"}));
+}
+
+TEST_F(JournalTest, WriteOffTheLoopGoesToTheActiveSegmentAndTheNextOneStartsAfterIt) {
+  JournalOptions o = WithKeys(Options());
+  o.segment_bytes = 256;
+  std::unique_ptr<Journal> j;
+  Replay(o, &j);
+  const std::uint64_t first = j->active_segment();
+  j->Append(kAcc, std::string(300, 'a'));
+  ASSERT_EQ(j->StartWrite(), Journal::StartResult::kStarted);
+  EXPECT_EQ(j->active_segment(), first) << "the segment the write goes to, while it is out";
+  j->Append(kAcc, "b");
+  EXPECT_EQ(j->FinishWrite(), Journal::CommitResult::kWritten);
+  EXPECT_EQ(j->active_segment(), first + 1) << "past segment_bytes: a new one";
+  ASSERT_EQ(j->StartWrite(), Journal::StartResult::kStarted);
+  EXPECT_EQ(j->FinishWrite(), Journal::CommitResult::kWritten);
+  j.reset();
+  std::vector<std::pair<std::uint64_t, std::string>> seen;
+  Journal::Open(o, [&](std::uint64_t segment, std::uint8_t, std::string_view body) {
+    seen.emplace_back(segment, std::string(body.substr(0, 1)));
+  });
+  EXPECT_THAT(seen, ::testing::ElementsAre(std::pair<std::uint64_t, std::string>{first, "a"},
+                                           std::pair<std::uint64_t, std::string>{first + 1, "b"}));
 }
 
 }  // namespace

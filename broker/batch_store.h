@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "broker/id_index.h"
+#include "common/id_index.h"
 #include "broker/name_table.h"
 #include "common/clock.h"
 #include "common/string_map.h"

@@ -494,12 +494,16 @@ void BrokerCore::SealCommit() {
   // One write is out at a time, so the last one's batches were settled by
   // AfterCommit before this one started.
   const std::uint64_t segment = journal_->active_segment();
+  std::uint64_t bytes = 0;
+  std::uint64_t count = 0;
   for (BatchSeq seq : uncommitted_) {
     if (Batch* b = batches_.Get(seq)) {
       b->journal_segment = segment;
-      journal_->AddLive(segment, JournalBytes(*b));
+      bytes += JournalBytes(*b);
+      ++count;
     }
   }
+  if (count > 0) journal_->AddLive(segment, bytes, count);
   sealed_.swap(uncommitted_);
   uncommitted_.clear();
   sealed_acks_.swap(open_acks_);
@@ -512,8 +516,10 @@ std::uint64_t BrokerCore::JournalBytes(const Batch& b) {
 
 void BrokerCore::JournalDispatched(const Batch& b, Journal& journal) const {
   // Not synced on its own either: a lost one only leaves the count lower.
-  records::EncodeDispatched(&journal_scratch_, b.attempts, b.id);
-  journal.Append(records::kDispatched, journal_scratch_, /*must_sync=*/false);
+  char attempts[4];
+  records::StoreAttempts(attempts, b.attempts);
+  journal.Append(records::kDispatched, {std::string_view(attempts, 4), b.id},
+                 /*must_sync=*/false);
 }
 
 void BrokerCore::JournalFinished(const Batch& b) {

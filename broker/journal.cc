@@ -868,9 +868,9 @@ void Journal::BecomeUnavailable(int error, const std::string& what) {
   }
 }
 
-void Journal::AddLive(std::uint64_t segment, std::uint64_t bytes) {
+void Journal::AddLive(std::uint64_t segment, std::uint64_t bytes, std::uint64_t batches) {
   Segment& s = SegmentFor(segment);
-  ++s.live_count;
+  s.live_count += batches;
   s.live_bytes += bytes;
 }
 

@@ -216,9 +216,9 @@ class Journal {
   // The segment the next records go to.
   std::uint64_t active_segment() const { return active_number_; }
   // A batch whose accepted record (of `bytes`) is in `segment` is unfinished
-  // / has finished. Segments merged by a compaction count as the one that
+  // / has finished (AddLive: `batches` of them, `bytes` together). Segments merged by a compaction count as the one that
   // replaced them.
-  void AddLive(std::uint64_t segment, std::uint64_t bytes);
+  void AddLive(std::uint64_t segment, std::uint64_t bytes, std::uint64_t batches = 1);
   void RemoveLive(std::uint64_t segment, std::uint64_t bytes);
 
   // Housekeeping (the loop's tick): collects a finished compaction, retries

@@ -39,6 +39,10 @@ void EncodeDispatched(std::string* out, std::uint32_t attempts, std::string_view
   out->append(id);
 }
 
+void StoreAttempts(char out[4], std::uint32_t attempts) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((attempts >> (8 * i)) & 0xff);
+}
+
 std::optional<Accepted> DecodeAccepted(std::string_view body) {
   Accepted a;
   if (!TakeField(&body, &a.id) || !TakeField(&body, &a.queue) || a.id.empty()) {

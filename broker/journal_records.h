@@ -44,6 +44,8 @@ struct Dispatched {
 void EncodeAccepted(std::string* out, std::string_view id, std::string_view queue,
                     std::string_view payload);
 void EncodeDispatched(std::string* out, std::uint32_t attempts, std::string_view id);
+// The dispatched record's body is these 4 bytes followed by the id.
+void StoreAttempts(char out[4], std::uint32_t attempts);
 // The accepted record's body up to its payload: the body is this followed
 // by the payload (Journal::Append with two parts, so the payload is copied
 // once, into the journal's buffer).

@@ -31,7 +31,7 @@
 #include <memory>
 #include <string_view>
 
-#include "broker/id_index.h"
+#include "common/id_index.h"
 #include "common/clock.h"
 #include "common/protocol.h"
 

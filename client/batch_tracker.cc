@@ -1,6 +1,7 @@
 #include "client/batch_tracker.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace fleet::client {
 namespace {
@@ -30,35 +31,38 @@ BatchTracker::BatchTracker(Options options) : options_(options) {
 }
 
 BatchTracker::Entry* BatchTracker::Find(std::string_view id) {
-  auto it = batches_.find(id);
-  return it == batches_.end() ? nullptr : it->second;
+  const std::uint32_t i = by_id_.Find(id, [this](std::uint32_t v) { return IdOf(v); });
+  return i == IdIndex::kNone ? nullptr : &pool_[i];
 }
 
 BatchTracker::Entry* BatchTracker::NewEntry() {
   if (!free_.empty()) {
-    Entry* e = free_.back();
+    Entry* e = &pool_[free_.back()];
     free_.pop_back();
     return e;
   }
-  return &pool_.emplace_back();
+  Entry& e = pool_.emplace_back();
+  e.index = static_cast<std::uint32_t>(pool_.size() - 1);
+  return &e;
 }
 
 void BatchTracker::Recycle(Entry* e) {
   e->arm = 0;  // every timer still pointing here is stale
   e->state = State::kPending;
   if (e->batch.payload.capacity() > kKeepPayloadBytes) std::string().swap(e->batch.payload);
-  free_.push_back(e);
-  if (batches_.empty() && pool_.size() > kKeepEntries) {
+  free_.push_back(e->index);
+  if (by_id_.size() == 0 && pool_.size() > kKeepEntries) {
     // Nothing outstanding: no queue, retry timer or live resend timer
     // refers to an entry, so the whole pool can go.
     resend_timers_.clear();
     std::deque<Entry>().swap(pool_);
-    std::vector<Entry*>().swap(free_);
+    std::vector<std::uint32_t>().swap(free_);
+    by_id_.Clear();
   }
 }
 
 void BatchTracker::ResubmitFirstRetry() {
-  Entry& e = *batches_.find(retry_timers_.begin()->second)->second;
+  Entry& e = *Find(retry_timers_.begin()->second);
   Disarm(e);  // erases that first retry timer
   e.state = State::kResubmit;
   resubmit_.push_back(&e);
@@ -89,7 +93,7 @@ void BatchTracker::Tidy() const {
   // Each finished or re-armed batch leaves one stale timer behind; past
   // three per batch in flight, a pass drops them all (amortized O(1) per
   // timer, and the FIFO's memory stays proportional to the window).
-  const std::size_t in_flight = batches_.size() - pending_.size();
+  const std::size_t in_flight = by_id_.size() - pending_.size();
   if (resend_timers_.size() > 3 * in_flight + 1024) {
     std::deque<SentTimer> kept;
     for (SentTimer& t : resend_timers_) {
@@ -101,7 +105,10 @@ void BatchTracker::Tidy() const {
 
 bool BatchTracker::Add(std::string_view id, std::string_view queue,
                        std::string_view payload) {
-  if (batches_.find(id) != batches_.end()) return false;
+  if (Find(id) != nullptr) return false;
+  if (pool_.size() >= IdIndex::kNone && free_.empty()) {
+    throw std::length_error("BatchTracker: more than 2^32 - 1 batches outstanding");
+  }
   Entry& e = *NewEntry();
   e.batch.id.assign(id);
   e.batch.queue.assign(queue);
@@ -109,7 +116,7 @@ bool BatchTracker::Add(std::string_view id, std::string_view queue,
   e.state = State::kPending;
   e.arm = 0;
   e.backoff = options_.retry_initial;
-  batches_.emplace(std::string_view(e.batch.id), &e);
+  by_id_.Insert(e.batch.id, e.index);
   pending_.push_back(&e);
   return true;
 }
@@ -202,9 +209,9 @@ std::size_t BatchTracker::ResendSent() {
 }
 
 bool BatchTracker::Complete(std::string_view id) {
-  auto it = batches_.find(id);
-  if (it == batches_.end()) return false;
-  Entry& e = *it->second;
+  Entry* found = Find(id);
+  if (found == nullptr) return false;
+  Entry& e = *found;
   // A result for a batch we never sent belongs to someone else's use of the
   // id (an earlier run, say); it must not stand in for ours.
   if (e.state == State::kPending) return false;
@@ -216,7 +223,7 @@ bool BatchTracker::Complete(std::string_view id) {
     // So a linear erase beats lazy tombstones.
     resubmit_.erase(std::find(resubmit_.begin(), resubmit_.end(), &e));
   }
-  batches_.erase(it);
+  by_id_.Erase(e.batch.id, [this](std::uint32_t v) { return IdOf(v); });
   Recycle(&e);
   return true;
 }

@@ -30,22 +30,13 @@
 #include <set>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/id_index.h"
 
 namespace fleet::client {
-
-// Lets the map below be searched with a string_view (C++20 heterogeneous
-// lookup) without building a temporary std::string per id.
-struct IdHash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const noexcept {
-    return std::hash<std::string_view>()(s);
-  }
-};
 
 class BatchTracker {
  public:
@@ -125,9 +116,9 @@ class BatchTracker {
   // The earliest armed deadline, if any.
   std::optional<TimePoint> NextDeadline() const;
 
-  std::size_t outstanding() const { return batches_.size(); }
+  std::size_t outstanding() const { return by_id_.size(); }
   std::size_t pending() const { return pending_.size(); }
-  std::size_t in_flight() const { return batches_.size() - pending_.size(); }
+  std::size_t in_flight() const { return by_id_.size() - pending_.size(); }
   std::size_t resubmits() const { return resubmit_.size(); }
 
  private:
@@ -138,6 +129,7 @@ class BatchTracker {
     TimePoint deadline{};  // resend (kSent) or retry (kRetry) time
     Duration backoff{};    // the next queue-full wait
     std::uint64_t arm = 0;  // the live resend timer's number; 0: none
+    std::uint32_t index = 0;  // in pool_
   };
   // A resend deadline. Every one is resend_after from when it was armed, so
   // they are armed in deadline order and a FIFO keeps them sorted (callers'
@@ -172,16 +164,19 @@ class BatchTracker {
   void Tidy() const;
 
   Options options_;
-  // Key: a view of the entry's own id. The queues and timers point at
-  // entries (no lookup per batch sent or timed); an entry leaves its queue
-  // before it is recycled (Complete), and a pending one is never recycled.
-  std::unordered_map<std::string_view, Entry*, IdHash> batches_;
+  // Outstanding batches by id: the entry's index in pool_, the key read
+  // back from the entry (an open-addressing table, no node per batch). The
+  // queues and timers point at entries (no lookup per batch sent or
+  // timed); an entry leaves its queue before it is recycled (Complete), and
+  // a pending one is never recycled.
+  IdIndex by_id_;
   // Every entry, in use or free: a deque, so they never move. A finished
   // entry keeps its strings' buffers for the next batch (no allocation per
   // batch in a steady stream); the pool is released when nothing is
   // outstanding after it grew past kKeepEntries.
   std::deque<Entry> pool_;
-  std::vector<Entry*> free_;
+  std::vector<std::uint32_t> free_;
+  std::string_view IdOf(std::uint32_t index) const { return pool_[index].batch.id; }
   std::deque<Entry*> pending_;   // state kPending, FIFO
   std::deque<Entry*> resubmit_;  // state kResubmit, FIFO
   mutable std::deque<SentTimer> resend_timers_;  // of kSent, by deadline

@@ -1,4 +1,4 @@
-#include "broker/id_index.h"
+#include "common/id_index.h"
 
 #include <gtest/gtest.h>
 

@@ -67,5 +67,13 @@ TEST(JournalRecordsTest, AcceptedHeadFollowedByThePayloadIsTheAcceptedBody) {
   EXPECT_EQ(a->payload, "xyz");
 }
 
+TEST(JournalRecordsTest, AttemptsBytesFollowedByTheIdAreTheDispatchedBody) {
+  std::string whole;
+  EncodeDispatched(&whole, 0x01020304u, "batch-9");
+  char attempts[4];
+  StoreAttempts(attempts, 0x01020304u);
+  EXPECT_EQ(std::string(attempts, 4) + "batch-9", whole);
+}
+
 }  // namespace
 }  // namespace fleet::broker::records

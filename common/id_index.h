@@ -1,8 +1,10 @@
 // IdIndex: a hash index from a string key to a 32-bit value, where the key
 // is not stored in the index but read back through the value (the caller's
 // `key_of(value)`), so a key that already lives elsewhere is not kept twice.
-// BatchStore uses it to find a batch's slot by the batch's id, ResultStore
-// a retained result by its batch's id. The table grows, never shrinks.
+// The broker's BatchStore uses it to find a batch's slot by the batch's id,
+// its ResultStore a retained result by its batch's id, and the producer's
+// BatchTracker an outstanding batch by its id. The table grows, never
+// shrinks (Clear frees it).
 //
 // Open addressing with linear probing: one 8-byte entry (the value and 32
 // bits of the key's hash) per slot of a power-of-two table at most 13/16
@@ -17,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-namespace fleet::broker {
+namespace fleet {
 
 class IdIndex {
  public:
@@ -78,4 +80,4 @@ class IdIndex {
   std::size_t size_ = 0;
 };
 
-}  // namespace fleet::broker
+}  // namespace fleet

@@ -1,8 +1,8 @@
-#include "broker/id_index.h"
+#include "common/id_index.h"
 
 #include <utility>
 
-namespace fleet::broker {
+namespace fleet {
 
 // Rejected: std::unordered_map<std::string_view, std::uint32_t>, a heap
 // node of 40 bytes (48 with malloc's header) plus 8 to 16 bytes of buckets
@@ -60,4 +60,4 @@ void IdIndex::Clear() {
   size_ = 0;
 }
 
-}  // namespace fleet::broker
+}  // namespace fleet

@@ -63,7 +63,7 @@ struct BrokerOptions {
   // At most one journal write (and fdatasync) starts per interval; what
   // comes meanwhile goes with the next (--journal-sync-interval-ms). 0: a
   // write starts as soon as the last one is done.
-  Duration journal_sync_interval = std::chrono::milliseconds(1);
+  Duration journal_sync_interval = std::chrono::milliseconds(2);
   JournalIo* journal_io = nullptr;  // tests: the journal's file system (null: the real one)
 };
 

@@ -375,18 +375,19 @@ void BrokerServer::StartJournalWrite(TimePoint now) {
   // their queues, and their producers hear "accepted", only once it is done
   // (Run: AfterCommit); when it fails (a full disk) they are refused with
   // disk_full instead: nothing unwritten is acknowledged or dispatched.
-  // Writes start at most one per --journal-sync-interval-ms: under load
-  // each then carries more batches (a sync costs mostly per sync, not per
-  // byte), and a batch that comes after a quiet spell is written at once.
+  // Syncs start at most one per --journal-sync-interval-ms (JournalPacer):
+  // under load each then carries more batches (a sync costs mostly per
+  // sync, not per byte), and a batch after a quiet spell is written at once.
+  journal_due_ = TimePoint::max();  // the writer's eventfd wakes the loop meanwhile
   if (journal_->writing() || !journal_->pending()) return;
-  if (now < last_write_start_ + options_.journal_sync_interval) {
-    journal_due_ = last_write_start_ + options_.journal_sync_interval;
+  const bool sync = journal_->has_sync_records();
+  if (const TimePoint due = pacer_.Due(sync); now < due) {
+    journal_due_ = due;
     return;
   }
-  journal_due_ = TimePoint::max();
   switch (journal_->StartWrite()) {
     case Journal::StartResult::kStarted:
-      last_write_start_ = now;
+      pacer_.Started(now, sync);
       core_.SealCommit();
       break;
     case Journal::StartResult::kRefused:

@@ -13,6 +13,7 @@
 #include <zmq.hpp>
 
 #include "broker/broker_core.h"
+#include "broker/journal_pacer.h"
 #include "broker/broker_options.h"
 #include "broker/connection_guard.h"
 #include "common/clock.h"
@@ -89,7 +90,7 @@ class BrokerServer {
   const Clock& clock_;
   BrokerCore core_;
   std::unique_ptr<Journal> journal_;
-  TimePoint last_write_start_;                 // of the journal's last write
+  JournalPacer pacer_{options_.journal_sync_interval};
   TimePoint journal_due_ = TimePoint::max();  // a paced write starts then
   proto::Limits limits_;
   zmq::context_t context_;

@@ -174,6 +174,8 @@ class Journal {
   };
   CommitResult Commit();
   bool pending() const { return !sync_buffer_.empty() || !lazy_buffer_.empty(); }
+  // Whether a must-sync record waits for the next write.
+  bool has_sync_records() const { return !sync_buffer_.empty(); }
   std::size_t buffered_bytes() const { return sync_buffer_.size() + lazy_buffer_.size(); }
 
   // Commit off the loop (how the broker runs it). StartWrite hands what is

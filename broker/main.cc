@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   std::string metrics = "0.0.0.0:9750";
   double blacklist_ttl_s = 120, heartbeat_ms = 1000, retention_s = 300, retire_linger_ms = 1000;
   int journal_segment_mb = 64;
-  double journal_sync_interval_ms = 1;
+  double journal_sync_interval_ms = 2;
 
   CLI::App app("fleet-broker: queues batches from producers and dispatches them to "
                "workers on credit");

@@ -45,7 +45,7 @@ done
 JOBS=${JOBS:-$(nproc)}
 BUILD_PREFIX=${BUILD_PREFIX:-build-}
 supp="$src/tests/sanitizers"
-default_tsan_tests='^(CreditLedgerTest|ProcessHandlerTest|ProcessHandlerLoopTest|ProcessHandlerObjectsTest|SdkTest|EchoHandlerTest|SleepHandlerTest|Sha256HandlerTest|MakeHandlerTest|ExecHandlerTest|SlotPoolTest|WorkerProcessTest|HttpClientTest|DockerLauncherFakeTest|DockerEnginesTest|SwarmLauncherTest|AutoscalerLoopTest|MetricsSourceTest|ProducerTest|ControlClientTest|SubmitCliTest|CtlCliTest|DataPathTest|GarbageTest|MetricsTest|LedgerFaultTest|JournalTest|BrokerCoreJournalTest)\.'
+default_tsan_tests='^(CreditLedgerTest|ProcessHandlerTest|ProcessHandlerLoopTest|ProcessHandlerObjectsTest|SdkTest|EchoHandlerTest|SleepHandlerTest|Sha256HandlerTest|MakeHandlerTest|ExecHandlerTest|SlotPoolTest|WorkerProcessTest|HttpClientTest|DockerLauncherFakeTest|DockerEnginesTest|SwarmLauncherTest|AutoscalerLoopTest|MetricsSourceTest|ProducerTest|ControlClientTest|SubmitCliTest|CtlCliTest|DataPathTest|GarbageTest|MetricsTest|LedgerFaultTest|JournalTest|BrokerCoreJournalTest|BrokerCoreOffLoopJournalTest)\.'
 
 bash scripts/deps.sh
 

@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "broker/journal_pacer.h"
 #include "broker/journal_records.h"
 #include "tests/broker/faulty_journal_io.h"
 #include "tests/support/process.h"
@@ -675,6 +676,29 @@ TEST_F(JournalTest, OpensOnAFullDiskAndServesWhatItHolds) {
   EXPECT_EQ(j->Commit(), Journal::CommitResult::kNothing);
   EXPECT_EQ(j->state(), JournalState::kNoSpace);
   EXPECT_TRUE(j->pending()) << "the finished record waits for space";
+}
+
+TEST(JournalPacerTest, SyncsStartOnePerIntervalAndRecordsWithoutSyncNeverHoldThemBack) {
+  using std::chrono::milliseconds;
+  const TimePoint t0 = TimePoint() + std::chrono::hours(1);
+  JournalPacer p(milliseconds(2));
+  EXPECT_LE(p.Due(true), t0) << "the first write starts at once";
+  p.Started(t0, /*had_sync_records=*/true);
+  EXPECT_EQ(p.Due(true), t0 + milliseconds(2)) << "the next sync waits out the interval";
+  EXPECT_EQ(p.Due(false), t0 + milliseconds(2));
+  // Finished and dispatched records written on their own at 2 ms...
+  p.Started(t0 + milliseconds(2), /*had_sync_records=*/false);
+  EXPECT_EQ(p.Due(false), t0 + milliseconds(4));
+  // ...do not push back a new batch's sync: due since 2 ms.
+  EXPECT_EQ(p.Due(true), t0 + milliseconds(2));
+  p.Started(t0 + milliseconds(3), true);
+  EXPECT_EQ(p.Due(true), t0 + milliseconds(5));
+  EXPECT_EQ(p.Due(false), t0 + milliseconds(5));
+  // After a quiet spell, at once.
+  EXPECT_LE(p.Due(true), t0 + milliseconds(100));
+  JournalPacer none(Duration::zero());
+  none.Started(t0, true);
+  EXPECT_EQ(none.Due(true), t0) << "0: as soon as the last one is done";
 }
 
 // The writer thread's side of the journal (StartWrite / wake_fd / FinishWrite).

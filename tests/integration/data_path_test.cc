@@ -312,8 +312,9 @@ TEST(DataPathTest, DurableBrokerKilledMidRunReplaysEveryAcceptedBatch) {
                   "--inflight", "200", "--resend-after-seconds", "1",
                   "--output", c.dir().File("out.jsonl")},
                  c.dir().File("submit.log"));
-  // Every batch accepted (so on disk: the stats reply leaves after the
-  // commit of the turn that accepted them), some finished.
+  // Every batch accepted, some finished. (Accepted counts a batch once it
+  // is in the journal's next write; one not yet on disk when the broker
+  // dies was never acknowledged, and the producer sends it again.)
   ASSERT_TRUE(WaitFor([&] {
     return c.StatValue("submitted") >= 200 && c.StatValue("completed_ok") >= 10;
   }));

@@ -177,7 +177,7 @@ def main():
         "full": dict(count=200000, count_10k=40000, peer_count=10000, peer_count_10k=5000,
                      lat_seconds=5, peer_lat_seconds=5, sleep_seconds=5, mem_batches=1000000,
                      mem_workers=500, decision_rounds=200, worker_counts=[1, 2, 4, 8],
-                     durable_count=100000, handler_counts=(200000, 100000, 100000, 50000, 100000, 4000),
+                     durable_count=200000, handler_counts=(200000, 100000, 100000, 50000, 100000, 4000),
                      scaling=[]),
         "quick": dict(count=50000, count_10k=10000, peer_count=3000, peer_count_10k=1000,
                       lat_seconds=2, peer_lat_seconds=2, sleep_seconds=2, mem_batches=200000,

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <system_error>
 #include <unordered_set>
 
 #include <sys/eventfd.h>
@@ -382,7 +383,13 @@ struct Journal::Writer {
       cv.wait(lock, [&] { return job || stop; });
       if (!job) return;
       lock.unlock();
-      std::string_view parts[3] = {header, sync_part, lazy_part};
+      // The records that need no sync first. Each is of a batch accepted in
+      // an earlier write (a batch is dispatched only once its write is
+      // done), or put back from a failed write, so they come before the
+      // accepted records of this one -- also when an id finished, lost its
+      // result and was sent again since: its finished record must not
+      // follow the new accepted one.
+      std::string_view parts[3] = {header, lazy_part, sync_part};
       int e = file->Append(parts, 3);
       bool did_sync = false;
       if (e == 0 && syncing) {
@@ -692,8 +699,13 @@ int Journal::WriteBuffers(bool include_sync_records, bool force_sync) {
   }
   const bool with_sync_records = include_sync_records && !sync_buffer_.empty();
   const bool syncing = with_sync_records || force_sync;
+  // Which buffer goes first: see Writer::Run. Without the writer (Commit
+  // once per turn), a batch accepted and finished in one turn needs its
+  // accepted record first.
+  const bool lazy_first = writer_ != nullptr;
+  if (lazy_first) parts[n++] = lazy_buffer_;
   if (with_sync_records) parts[n++] = sync_buffer_;
-  parts[n++] = lazy_buffer_;
+  if (!lazy_first) parts[n++] = lazy_buffer_;
   std::size_t total = 0;
   for (std::size_t i = 0; i < n; ++i) total += parts[i].size();
   if (total == header.size()) return 0;  // no records
@@ -768,9 +780,15 @@ int Journal::wake_fd() {
   if (writer_ == nullptr) {
     const int fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (fd < 0) throw JournalError("journal: eventfd: " + ErrnoText(errno));
-    writer_ = std::make_unique<Writer>();
-    writer_->wake_fd = fd;
-    writer_->thread = std::thread([w = writer_.get()] { w->Run(); });
+    auto writer = std::make_unique<Writer>();
+    writer->wake_fd = fd;
+    try {
+      writer->thread = std::thread([w = writer.get()] { w->Run(); });
+    } catch (const std::system_error& e) {
+      ::close(fd);
+      throw JournalError(std::string("journal: cannot start its writer thread: ") + e.what());
+    }
+    writer_ = std::move(writer);
   }
   return writer_->wake_fd;
 }
@@ -923,7 +941,9 @@ bool Journal::Maintain(const LiveIds& live_ids) {
     DeleteDeadSegments();
     MaybeStartCompaction(live_ids);
   }
-  space_ = io_.FreeBytes(options_.dir);
+  // Not while a write is out: the disk may already show its bytes, which
+  // Admit and FinishWrite count once more (too little room, needlessly).
+  if (!writing_) space_ = io_.FreeBytes(options_.dir);
   RefreshGauges();
   return resumed;
 }

@@ -28,8 +28,9 @@ class JournalPacer {
 
  private:
   Duration interval_;
-  TimePoint last_write_;  // the epoch until the first write: due at once
-  TimePoint last_sync_;
+  // The first write is due at once, whatever the clock's epoch.
+  TimePoint last_write_ = TimePoint::min();
+  TimePoint last_sync_ = TimePoint::min();
 };
 
 }  // namespace fleet::broker

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace fleet {
@@ -54,6 +55,22 @@ class IdIndex {
         return true;
       }
     }
+  }
+
+  IdIndex() = default;
+  IdIndex(const IdIndex&) = default;
+  IdIndex& operator=(const IdIndex&) = default;
+  // A moved-from index is empty.
+  IdIndex(IdIndex&& o) noexcept
+      : entries_(std::move(o.entries_)),
+        mask_(std::exchange(o.mask_, 0)),
+        size_(std::exchange(o.size_, 0)) {}
+  IdIndex& operator=(IdIndex&& o) noexcept {
+    entries_ = std::move(o.entries_);
+    o.entries_.clear();
+    mask_ = std::exchange(o.mask_, 0);
+    size_ = std::exchange(o.size_, 0);
+    return *this;
   }
 
   std::size_t size() const { return size_; }

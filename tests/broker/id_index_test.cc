@@ -88,3 +88,27 @@ TEST(IdIndexTest, AgreesWithAMapUnderRandomChurn) {
 
 }  // namespace
 }  // namespace fleet::broker
+
+namespace fleet::broker {
+namespace {
+
+TEST(IdIndexTest, AMovedFromIndexIsEmptyAndTheMovedToOneFindsEverything) {
+  std::vector<std::string> keys = {"a", "b", "c"};
+  auto key_of = [&](std::uint32_t v) { return std::string_view(keys[v]); };
+  IdIndex from;
+  for (std::uint32_t i = 0; i < keys.size(); ++i) from.Insert(keys[i], i);
+  IdIndex to(std::move(from));
+  EXPECT_EQ(from.size(), 0u);  // NOLINT(bugprone-use-after-move): the point of the test
+  EXPECT_EQ(from.Find("a", key_of), IdIndex::kNone);
+  from.Insert("a", 0);  // usable again
+  EXPECT_EQ(from.Find("a", key_of), 0u);
+  EXPECT_EQ(to.size(), 3u);
+  EXPECT_EQ(to.Find("c", key_of), 2u);
+  IdIndex other;
+  other = std::move(to);
+  EXPECT_EQ(to.size(), 0u);  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(other.Find("b", key_of), 1u);
+}
+
+}  // namespace
+}  // namespace fleet::broker

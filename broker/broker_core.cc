@@ -535,6 +535,16 @@ void BrokerCore::AfterCommit(Journal::CommitResult result, TimePoint now) {
     spdlog::warn("journal: {} batches accepted this turn did not reach the disk: refused "
                  "with disk_full (their producers send them again)",
                  written.size());
+    if (off_loop_) {
+      // Every "accepted" held for the write is for one of its batches (a
+      // re-send of one of them while it was out included): "disk_full" now.
+      const std::string why = DiskFullWhy();
+      for (const HeldAck& a : sealed_acks_) {
+        if (const Batch* b = batches_.Get(a.seq)) {
+          Out(a.identity).rejected.push_back({std::string(b->id), ErrorCode::kDiskFull, why});
+        }
+      }
+    }
     for (BatchSeq seq : written) TakeBack(seq, now);
   } else if (off_loop_) {
     // On disk: into their queues in the order they came, and "accepted".
@@ -564,23 +574,20 @@ void BrokerCore::TakeBack(BatchSeq seq, TimePoint now) {
   --counters_.submitted;
   ++counters_.rejected_disk_full;
   batches_.Erase(seq);
+  // Off the loop no "accepted" for it is in the outbox (AfterCommit turned
+  // the ones held for it into "disk_full").
+  if (off_loop_) return;
   // Every producer told "accepted" this turn (the same id may have come
   // from two) is told "disk_full" instead.
-  const std::string why =
-      "the broker could not write its journal (" + ErrnoText(journal_->problem_errno()) +
-      "): retry later";
+  const std::string why = DiskFullWhy();
   for (auto& [identity, out] : outbox_.producers) {
     if (std::erase(out.accepted, id) > 0) out.rejected.push_back({id, ErrorCode::kDiskFull, why});
   }
-  // Off the loop, the "accepted" still owed (the write's, or a re-send's
-  // since) is a "disk_full" now.
-  for (std::vector<HeldAck>* acks : {&sealed_acks_, &open_acks_}) {
-    std::erase_if(*acks, [&](const HeldAck& a) {
-      if (a.seq != seq) return false;
-      Out(a.identity).rejected.push_back({id, ErrorCode::kDiskFull, why});
-      return true;
-    });
-  }
+}
+
+std::string BrokerCore::DiskFullWhy() const {
+  return "the broker could not write its journal (" + ErrnoText(journal_->problem_errno()) +
+         "): retry later";
 }
 
 std::vector<std::string> BrokerCore::LiveIds(std::uint64_t upto) const {

@@ -248,6 +248,8 @@ class BrokerCore {
   static std::uint64_t JournalBytes(const Batch& b);
   // Takes back a batch whose accepted record did not reach the disk.
   void TakeBack(BatchSeq seq, TimePoint now);
+  // The message of a disk_full refusal for a batch whose write failed.
+  std::string DiskFullWhy() const;
 
   // wait-demand requests not answered yet: each is answered when a batch
   // waits in a queue, or with "no demand" once its deadline has passed.

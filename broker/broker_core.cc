@@ -510,6 +510,17 @@ void BrokerCore::SealCommit() {
   open_acks_.clear();
 }
 
+void BrokerCore::AfterStartWrite(Journal::StartResult result, TimePoint now) {
+  switch (result) {
+    case Journal::StartResult::kStarted: SealCommit(); break;
+    case Journal::StartResult::kRefused:
+      SealCommit();
+      AfterCommit(Journal::CommitResult::kRefused, now);
+      break;
+    case Journal::StartResult::kNothing: break;
+  }
+}
+
 std::uint64_t BrokerCore::JournalBytes(const Batch& b) {
   return Journal::RecordBytes(records::AcceptedBytes(b.id, b.queue, b.payload));
 }

@@ -139,6 +139,9 @@ class BrokerCore {
   // Off-loop commit: a journal write holding every record appended so far
   // has started; the batches accepted since the last one are in it.
   void SealCommit();
+  // Off-loop commit: what Journal::StartWrite answered. kStarted seals the
+  // write's batches; kRefused refuses them at once (disk_full).
+  void AfterStartWrite(Journal::StartResult result, TimePoint now);
   // Replay of one journal record (from `segment`) at start, before
   // SetJournal. Throws JournalError on a record it cannot read.
   void Restore(std::uint64_t segment, std::uint8_t type, std::string_view body, TimePoint now);

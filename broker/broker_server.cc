@@ -385,17 +385,9 @@ void BrokerServer::StartJournalWrite(TimePoint now) {
     journal_due_ = due;
     return;
   }
-  switch (journal_->StartWrite()) {
-    case Journal::StartResult::kStarted:
-      pacer_.Started(now, sync);
-      core_.SealCommit();
-      break;
-    case Journal::StartResult::kRefused:
-      core_.SealCommit();
-      core_.AfterCommit(Journal::CommitResult::kRefused, now);
-      break;
-    case Journal::StartResult::kNothing: break;
-  }
+  const Journal::StartResult started = journal_->StartWrite();
+  if (started == Journal::StartResult::kStarted) pacer_.Started(now, sync);
+  core_.AfterStartWrite(started, now);
 }
 
 void BrokerServer::Flush(TimePoint now) {

@@ -1045,15 +1045,9 @@ class BrokerCoreOffLoopJournalTest : public BrokerCoreJournalTest {
   BrokerCoreOffLoopJournalTest() { core_->SetJournal(journal_.get(), /*off_loop=*/true); }
   // The server's Flush: starts the next write (and seals its batches).
   bool StartWrite() {
-    switch (journal_->StartWrite()) {
-      case Journal::StartResult::kStarted: core_->SealCommit(); return true;
-      case Journal::StartResult::kRefused:
-        core_->SealCommit();
-        core_->AfterCommit(Journal::CommitResult::kRefused, clock_.Now());
-        return false;
-      case Journal::StartResult::kNothing: return false;
-    }
-    return false;
+    const Journal::StartResult r = journal_->StartWrite();
+    core_->AfterStartWrite(r, clock_.Now());
+    return r == Journal::StartResult::kStarted;
   }
   // The server's wake-up from the writer.
   Journal::CommitResult FinishWrite() {

@@ -711,6 +711,12 @@ void WaitForHeldWriter(FaultyJournalIo& io) {
   while (io.held_writers() == 0) std::this_thread::yield();
 }
 
+// One write off the loop, from StartWrite to FinishWrite.
+Journal::CommitResult WriteOffTheLoop(Journal& j) {
+  EXPECT_EQ(j.StartWrite(), Journal::StartResult::kStarted);
+  return j.FinishWrite();
+}
+
 TEST_F(JournalTest, WriteOffTheLoopCarriesWhatCameBeforeItAndTheNextTakesTheRest) {
   FaultyJournalIo io;
   JournalOptions o = WithKeys(Options());
@@ -757,12 +763,10 @@ TEST_F(JournalTest, WriteOffTheLoopPutsAFinishedRecordBeforeTheSameIdAcceptedAga
   std::unique_ptr<Journal> j;
   Replay(o, &j);
   j->Append(kAcc, "x");
-  ASSERT_EQ(j->StartWrite(), Journal::StartResult::kStarted);
-  EXPECT_EQ(j->FinishWrite(), Journal::CommitResult::kWritten);
+  EXPECT_EQ(WriteOffTheLoop(*j), Journal::CommitResult::kWritten);
   j->Append(kFin, "x", false);  // it ran
   j->Append(kAcc, "x");         // and came again
-  ASSERT_EQ(j->StartWrite(), Journal::StartResult::kStarted);
-  EXPECT_EQ(j->FinishWrite(), Journal::CommitResult::kWritten);
+  EXPECT_EQ(WriteOffTheLoop(*j), Journal::CommitResult::kWritten);
   j->Append(kFin, "last", false);
   j.reset();  // the destructor's write keeps the same order
   EXPECT_EQ(Unfinished(o), std::set<std::string>{"x"});
@@ -787,8 +791,7 @@ TEST_F(JournalTest, FailedWriteOffTheLoopDropsItsMustSyncRecordsAndKeepsTheOther
   // retry that makes the journal accept again.
   EXPECT_TRUE(j->Maintain(NoIds()));
   j->Append(kAcc, "b");
-  ASSERT_EQ(j->StartWrite(), Journal::StartResult::kStarted);
-  EXPECT_EQ(j->FinishWrite(), Journal::CommitResult::kWritten);
+  EXPECT_EQ(WriteOffTheLoop(*j), Journal::CommitResult::kWritten);
   j.reset();
   EXPECT_THAT(Replay(o), ::testing::ElementsAre(Record{kFin, "old"}, Record{kFin, "newer"},
                                                 Record{kAcc, "b"}));
@@ -806,8 +809,7 @@ TEST_F(JournalTest, WriteOffTheLoopGoesToTheActiveSegmentAndTheNextOneStartsAfte
   j->Append(kAcc, "b");
   EXPECT_EQ(j->FinishWrite(), Journal::CommitResult::kWritten);
   EXPECT_EQ(j->active_segment(), first + 1) << "past segment_bytes: a new one";
-  ASSERT_EQ(j->StartWrite(), Journal::StartResult::kStarted);
-  EXPECT_EQ(j->FinishWrite(), Journal::CommitResult::kWritten);
+  EXPECT_EQ(WriteOffTheLoop(*j), Journal::CommitResult::kWritten);
   j.reset();
   std::vector<std::pair<std::uint64_t, std::string>> seen;
   Journal::Open(o, [&](std::uint64_t segment, std::uint8_t, std::string_view body) {

@@ -27,9 +27,9 @@ namespace {
 constexpr std::size_t kKeepSlots = 4096;
 }  // namespace
 
-std::optional<BatchSeq> BatchStore::FindId(std::string_view id) const {
+std::optional<BatchSeq> BatchStore::FindId(std::string_view id, std::uint32_t hash) const {
   const std::uint32_t slot =
-      by_id_.Find(id, [this](std::uint32_t s) { return Slot(s).id; });
+      by_id_.Find(id, hash, [this](std::uint32_t s) { return Slot(s).id; });
   if (slot == IdIndex::kNone) return std::nullopt;
   return (static_cast<BatchSeq>(Slot(slot).generation_) << kSlotBits) | slot;
 }
@@ -71,7 +71,7 @@ std::uint32_t BatchStore::NewSlot() {
   return static_cast<std::uint32_t>(slots_++);
 }
 
-BatchSeq BatchStore::Add(std::string_view id, std::string_view queue,
+BatchSeq BatchStore::Add(std::string_view id, std::uint32_t hash, std::string_view queue,
                          std::string_view payload, std::string_view owner,
                          TimePoint now, bool pending) {
   const std::uint32_t slot = NewSlot();
@@ -93,7 +93,8 @@ BatchSeq BatchStore::Add(std::string_view id, std::string_view queue,
   b.order_ = next_order_++;
   b.queue_index_ = qi;
   max_generation_ = std::max<std::uint64_t>(max_generation_, b.generation_);
-  by_id_.Insert(b.id, slot);
+  b.id_hash = hash;
+  by_id_.Insert(hash, slot);
   const BatchSeq seq = (static_cast<BatchSeq>(b.generation_) << kSlotBits) | slot;
   ++live_;
   bytes_ += payload.size();
@@ -187,7 +188,7 @@ void BatchStore::Erase(BatchSeq seq) {
     --pending_;
   }
   bytes_ -= b->payload.size();
-  by_id_.Erase(b->id, [this](std::uint32_t s) { return Slot(s).id; });
+  by_id_.EraseValue(b->id_hash, static_cast<std::uint32_t>(seq & kSlotMask));
   owners_.Release(b->owner);
   workers_.Release(b->worker);
   b->owner = Name();

@@ -46,6 +46,10 @@ struct Batch {
   // broker core, so a result finds and releases it without a search.
   std::uint32_t held_index = 0;
   BatchState state = BatchState::kQueued;
+  // IdIndex::HashOf(id), set by Add: the broker passes it on to the result
+  // store, and Erase takes the batch out of the index without hashing or
+  // comparing its id again.
+  std::uint32_t id_hash = 0;
   TimePoint enqueued_at;
   TimePoint dispatched_at;
   // Durable mode: the journal segment holding its accepted record.
@@ -65,7 +69,12 @@ struct Batch {
 class BatchStore {
  public:
   // The batch with this producer-chosen id, if the store holds it.
-  std::optional<BatchSeq> FindId(std::string_view id) const;
+  std::optional<BatchSeq> FindId(std::string_view id) const {
+    return FindId(id, IdIndex::HashOf(id));
+  }
+  // The same with `hash` == IdIndex::HashOf(id) (computed once per id on
+  // the broker's hot paths).
+  std::optional<BatchSeq> FindId(std::string_view id, std::uint32_t hash) const;
   // Null if `seq` is not (or no longer) in the store.
   Batch* Get(BatchSeq seq);
   const Batch* Get(BatchSeq seq) const;
@@ -73,6 +82,12 @@ class BatchStore {
   // Adds a new batch at the back of its queue, or, when `pending`, held
   // outside it until Enqueue. Requires: FindId(id) empty.
   BatchSeq Add(std::string_view id, std::string_view queue,
+               std::string_view payload, std::string_view owner, TimePoint now,
+               bool pending = false) {
+    return Add(id, IdIndex::HashOf(id), queue, payload, owner, now, pending);
+  }
+  // The same with `hash` == IdIndex::HashOf(id).
+  BatchSeq Add(std::string_view id, std::uint32_t hash, std::string_view queue,
                std::string_view payload, std::string_view owner, TimePoint now,
                bool pending = false);
   // Puts a pending batch at the back of its queue.

@@ -164,14 +164,16 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
       continue;
     }
     // A known id is never run twice: its one result goes to whoever asked
-    // last (a producer that reconnected has a new routing id).
-    if (auto stored = results_.Find(item.id)) {
+    // last (a producer that reconnected has a new routing id). The id is
+    // hashed once for both stores and the new batch's index entry.
+    const std::uint32_t hash = IdIndex::HashOf(item.id);
+    if (auto stored = results_.Find(item.id, hash)) {
       ++counters_.resubmitted;
       out.accepted.emplace_back(item.id);
       out.results.emplace_back(std::string(item.id), stored);
       continue;
     }
-    if (auto seq = batches_.FindId(item.id)) {
+    if (auto seq = batches_.FindId(item.id, hash)) {
       ++counters_.resubmitted;
       batches_.SetOwner(*seq, identity);
       if (const Batch* b = batches_.Get(*seq); b->state == BatchState::kPending) {
@@ -225,7 +227,7 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
                        "); it accepts again by itself once it can: retry later");
       continue;
     }
-    BatchSeq seq = batches_.Add(item.id, queue, item.payload, identity, now, off_loop_);
+    BatchSeq seq = batches_.Add(item.id, hash, queue, item.payload, identity, now, off_loop_);
     if (journal_ != nullptr) {
       JournalAccepted(*batches_.Get(seq));
       uncommitted_.push_back(seq);
@@ -242,9 +244,10 @@ void BrokerCore::OnSubmit(std::string_view identity, const proto::Submit& m,
 void BrokerCore::OnFetch(std::string_view identity, const proto::Fetch& m) {
   Outbox::ProducerOut& out = Out(identity);
   for (std::string_view id : m.ids) {
-    if (auto stored = results_.Find(id)) {
+    const std::uint32_t hash = IdIndex::HashOf(id);
+    if (auto stored = results_.Find(id, hash)) {
       out.results.emplace_back(std::string(id), stored);
-    } else if (auto seq = batches_.FindId(id)) {
+    } else if (auto seq = batches_.FindId(id, hash)) {
       batches_.SetOwner(*seq, identity);  // result comes later
     } else {
       out.unknown.emplace_back(id);
@@ -406,9 +409,10 @@ void BrokerCore::Complete(const proto::DoneItem& item, Worker* reporter, TimePoi
     ++reporter->processed;
     if (item.outcome != proto::Outcome::kOk) ++reporter->failed;
   }
-  auto seq = batches_.FindId(item.id);
+  const std::uint32_t hash = IdIndex::HashOf(item.id);
+  auto seq = batches_.FindId(item.id, hash);
   if (!seq) {
-    if (results_.Find(item.id) != nullptr) {
+    if (results_.Find(item.id, hash) != nullptr) {
       ++counters_.duplicates;
       spdlog::debug("duplicate result for batch {} dropped", item.id);
     } else {
@@ -465,7 +469,7 @@ void BrokerCore::Complete(const proto::DoneItem& item, Worker* reporter, TimePoi
   } else {
     ++counters_.completed_failed;
   }
-  Out(b->owner).results.emplace_back(b->id, results_.Put(b->id, r));
+  Out(b->owner).results.emplace_back(b->id, results_.Put(b->id, b->id_hash, r));
   JournalFinished(*b);
   batches_.Erase(*seq);
 }
@@ -474,8 +478,8 @@ void BrokerCore::FinishFailed(BatchSeq seq, std::string error, TimePoint now) {
   Batch* b = batches_.Get(seq);
   ++counters_.completed_failed;
   Out(b->owner).results.emplace_back(
-      b->id, results_.Put(b->id, StoredResult{proto::Outcome::kFailed, b->attempts, "",
-                                              error, now}));
+      b->id, results_.Put(b->id, b->id_hash,
+                          StoredResult{proto::Outcome::kFailed, b->attempts, "", error, now}));
   JournalFinished(*b);
   batches_.Erase(seq);
 }
@@ -652,7 +656,7 @@ std::size_t BrokerCore::FinishRestore(TimePoint now) {
     ++counters_.completed_failed;
     spdlog::warn("batch {} dead-lettered after {} attempts (the broker stopped during the last)",
                  b->id, b->attempts);
-    results_.Put(b->id, StoredResult{proto::Outcome::kFailed, b->attempts, "",
+    results_.Put(b->id, b->id_hash, StoredResult{proto::Outcome::kFailed, b->attempts, "",
                                      "dead-lettered after " + std::to_string(b->attempts) +
                                          " attempts; the broker stopped during the last",
                                      now});

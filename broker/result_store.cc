@@ -9,12 +9,8 @@ ResultStore::ResultStore(Duration retention, std::size_t max_entries)
     : retention_(retention),
       max_entries_(std::clamp<std::size_t>(max_entries, 1, std::size_t{1} << 31)) {}
 
-std::uint32_t ResultStore::IndexOf(std::string_view id) const {
-  return index_.Find(id, [this](std::uint32_t v) { return At(v).id; });
-}
-
-const StoredResult* ResultStore::Find(std::string_view id) const {
-  const std::uint32_t v = IndexOf(id);
+const StoredResult* ResultStore::Find(std::string_view id, std::uint32_t hash) const {
+  const std::uint32_t v = index_.Find(id, hash, [this](std::uint32_t v) { return At(v).id; });
   return v == IdIndex::kNone ? nullptr : &At(v).result;
 }
 
@@ -39,31 +35,43 @@ char* ResultStore::Reserve(std::size_t n, std::uint64_t seq) {
   return at;
 }
 
-const StoredResult* ResultStore::Put(std::string_view id, const StoredResult& result) {
-  if (IndexOf(id) != IdIndex::kNone) return nullptr;
+const StoredResult* ResultStore::Put(std::string_view id, std::uint32_t hash,
+                                     const StoredResult& result) {
   const std::uint64_t seq = front_seq_ + entries_.size();
-  char* at = Reserve(id.size() + result.result.size() + result.error.size(), seq);
-  auto copy = [&at](std::string_view from) {
-    if (!from.empty()) std::memcpy(at, from.data(), from.size());
-    std::string_view to(at, from.size());
-    at += from.size();
-    return to;
-  };
-  Entry e;
-  e.id = copy(id);
-  e.result = result;
-  e.result.result = copy(result.result);
-  e.result.error = copy(result.error);
-  // push_back leaves every other element of a deque where it is, so the
-  // pointers handed out before stay valid.
-  entries_.push_back(e);
-  index_.Insert(id, static_cast<std::uint32_t>(seq % kSeqMod));
+  // Checked and filed in one probe, under the entry pushed below (the probe
+  // reads back only entries already there).
+  const auto value = static_cast<std::uint32_t>(seq % kSeqMod);
+  if (index_.InsertIfAbsent(id, hash, value, [this](std::uint32_t v) { return At(v).id; }) !=
+      IdIndex::kNone) {
+    return nullptr;
+  }
+  try {
+    char* at = Reserve(id.size() + result.result.size() + result.error.size(), seq);
+    auto copy = [&at](std::string_view from) {
+      if (!from.empty()) std::memcpy(at, from.data(), from.size());
+      std::string_view to(at, from.size());
+      at += from.size();
+      return to;
+    };
+    Entry e;
+    e.id = copy(id);
+    e.result = result;
+    e.result.result = copy(result.result);
+    e.result.error = copy(result.error);
+    e.hash = hash;
+    // push_back leaves every other element of a deque where it is, so the
+    // pointers handed out before stay valid.
+    entries_.push_back(e);
+  } catch (...) {
+    index_.EraseValue(hash, value);  // no entry of a result that was not stored
+    throw;
+  }
   return &entries_.back().result;
 }
 
 void ResultStore::DropOldest() {
   if (entries_.empty()) return;
-  index_.Erase(entries_.front().id, [this](std::uint32_t v) { return At(v).id; });
+  index_.EraseValue(entries_.front().hash, static_cast<std::uint32_t>(front_seq_ % kSeqMod));
   entries_.pop_front();
   ++front_seq_;
   // Chunks hold entries in order: one is done once its newest entry is

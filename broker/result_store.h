@@ -7,7 +7,8 @@
 // positions in that FIFO: every finished batch costs one Put and, once the
 // store is full, one eviction, each a probe of a flat table instead of a
 // walk through heap nodes (this store took a third of the broker's time
-// per batch under load).
+// per batch under load). Put checks and inserts in one probe, and an
+// eviction finds its entry by the hash kept with it.
 //
 // The bytes of each result (id, result, error) are copied into a byte ring
 // of large chunks in the same FIFO order, so storing one is a copy, not a
@@ -54,12 +55,20 @@ class ResultStore {
   ResultStore(Duration retention, std::size_t max_entries);
 
   // Null if the id has no stored result. Valid until the next Trim.
-  const StoredResult* Find(std::string_view id) const;
+  const StoredResult* Find(std::string_view id) const {
+    return Find(id, IdIndex::HashOf(id));
+  }
+  // The same with `hash` == IdIndex::HashOf(id) (computed once per id on
+  // the broker's hot paths).
+  const StoredResult* Find(std::string_view id, std::uint32_t hash) const;
 
   // Stores a copy of the result of `id` and returns it (valid until the
   // next Trim); the first result wins: a second Put of the same id keeps
   // the stored one and returns null.
-  const StoredResult* Put(std::string_view id, const StoredResult& result);
+  const StoredResult* Put(std::string_view id, const StoredResult& result) {
+    return Put(id, IdIndex::HashOf(id), result);
+  }
+  const StoredResult* Put(std::string_view id, std::uint32_t hash, const StoredResult& result);
 
   // Drops results older than the retention, then the oldest beyond
   // max_entries (counted in evicted_early). Returns how many went.
@@ -77,6 +86,9 @@ class ResultStore {
   struct Entry {
     std::string_view id;  // in the ring
     StoredResult result;
+    // IdIndex::HashOf(id): the oldest result leaves the index without its
+    // id (cold in the cache by then) being read or hashed again.
+    std::uint32_t hash = 0;
   };
   struct Chunk {
     std::unique_ptr<char[]> data;
@@ -93,8 +105,6 @@ class ResultStore {
     const std::uint64_t front = front_seq_ % kSeqMod;
     return entries_[(value + kSeqMod - front) % kSeqMod];
   }
-  // The index value of `id`, or IdIndex::kNone.
-  std::uint32_t IndexOf(std::string_view id) const;
   void DropOldest();
   // Room for `n` bytes of entry `seq` at the ring's tail.
   char* Reserve(std::size_t n, std::uint64_t seq);

@@ -13,13 +13,17 @@ namespace {
 constexpr std::size_t kMinCapacity = 16;
 }  // namespace
 
-void IdIndex::Insert(std::string_view key, std::uint32_t value) {
+void IdIndex::Reserve() {
   // At most 13/16 full: linear probing stays short (an unsuccessful lookup,
   // which every new submit makes, scans a few entries on average).
   if ((size_ + 1) * 16 > entries_.size() * 13) {
     Rehash(entries_.empty() ? kMinCapacity : entries_.size() * 2);
   }
-  Place(Entry{value, Hash(key)});
+}
+
+void IdIndex::Insert(std::uint32_t hash, std::uint32_t value) {
+  Reserve();
+  Place(Entry{value, hash});
   ++size_;
 }
 

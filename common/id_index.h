@@ -26,27 +26,73 @@ class IdIndex {
  public:
   static constexpr std::uint32_t kNone = UINT32_MAX;
 
+  // The hash the index files `key` under. A caller that looks one key up
+  // in several places, or erases it later, computes it once and passes it
+  // to the overloads that take it.
+  static std::uint32_t HashOf(std::string_view key) {
+    return static_cast<std::uint32_t>(std::hash<std::string_view>()(key));
+  }
+
   // The value stored for `key`, or kNone. `key_of(value)` must return the
   // key each stored value was inserted with.
   template <typename KeyOf>
   std::uint32_t Find(std::string_view key, const KeyOf& key_of) const {
+    return Find(key, HashOf(key), key_of);
+  }
+  // The same with `hash` == HashOf(key).
+  template <typename KeyOf>
+  std::uint32_t Find(std::string_view key, std::uint32_t hash, const KeyOf& key_of) const {
     if (entries_.empty()) return kNone;
-    const std::uint32_t h = Hash(key);
-    for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
+    for (std::size_t i = hash & mask_;; i = (i + 1) & mask_) {
       const Entry& e = entries_[i];
       if (e.value == kNone) return kNone;
-      if (e.hash == h && key_of(e.value) == key) return e.value;
+      if (e.hash == hash && key_of(e.value) == key) return e.value;
     }
   }
 
   // Adds `value` under `key`. Requires: `key` not present, value != kNone.
-  void Insert(std::string_view key, std::uint32_t value);
+  void Insert(std::string_view key, std::uint32_t value) { Insert(HashOf(key), value); }
+  // The same with `hash` == HashOf(key).
+  void Insert(std::uint32_t hash, std::uint32_t value);
+
+  // Adds `value` under `key` (`hash` == HashOf(key)) unless `key` is there:
+  // then returns its value and changes nothing; kNone when it was added.
+  // One probe where Find and Insert take two. Requires: value != kNone.
+  template <typename KeyOf>
+  std::uint32_t InsertIfAbsent(std::string_view key, std::uint32_t hash, std::uint32_t value,
+                               const KeyOf& key_of) {
+    Reserve();
+    std::size_t i = hash & mask_;
+    for (;; i = (i + 1) & mask_) {
+      const Entry& e = entries_[i];
+      if (e.value == kNone) break;
+      if (e.hash == hash && key_of(e.value) == key) return e.value;
+    }
+    entries_[i] = Entry{value, hash};
+    ++size_;
+    return kNone;
+  }
+
+  // Removes the entry holding `value`, filed under `hash` (the HashOf its
+  // key was inserted with): no key is read or hashed again, for a caller
+  // that kept the hash. False if it was not there.
+  bool EraseValue(std::uint32_t hash, std::uint32_t value) {
+    if (entries_.empty()) return false;
+    for (std::size_t i = hash & mask_;; i = (i + 1) & mask_) {
+      const Entry& e = entries_[i];
+      if (e.value == kNone) return false;
+      if (e.value == value && e.hash == hash) {
+        EraseAt(i);
+        return true;
+      }
+    }
+  }
 
   // Removes `key`; false if it was not there.
   template <typename KeyOf>
   bool Erase(std::string_view key, const KeyOf& key_of) {
     if (entries_.empty()) return false;
-    const std::uint32_t h = Hash(key);
+    const std::uint32_t h = HashOf(key);
     for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
       const Entry& e = entries_[i];
       if (e.value == kNone) return false;
@@ -85,9 +131,8 @@ class IdIndex {
     std::uint32_t hash = 0;
   };
 
-  static std::uint32_t Hash(std::string_view key) {
-    return static_cast<std::uint32_t>(std::hash<std::string_view>()(key));
-  }
+  // Grows the table if one more entry would make it more than 13/16 full.
+  void Reserve();
   void Place(Entry e);
   void EraseAt(std::size_t i);
   void Rehash(std::size_t capacity);

@@ -92,6 +92,63 @@ TEST(IdIndexTest, AgreesWithAMapUnderRandomChurn) {
 namespace fleet::broker {
 namespace {
 
+// The broker's hot paths hash an id once (HashOf), file a result with
+// InsertIfAbsent and take entries out by the hash they kept (EraseValue).
+TEST(IdIndexTest, InsertIfAbsentAndEraseValueAgreeWithAMapUnderRandomChurn) {
+  std::mt19937 rng(7);
+  Keys keys;
+  for (int i = 0; i < 4000; ++i) keys.by_value.push_back("k" + std::to_string(rng() % 100000));
+  IdIndex index;
+  std::map<std::string, std::uint32_t> model;
+  for (int step = 0; step < 40000; ++step) {
+    const auto v = static_cast<std::uint32_t>(rng() % keys.by_value.size());
+    const std::string& k = keys.by_value[v];
+    const std::uint32_t h = IdIndex::HashOf(k);
+    auto it = model.find(k);
+    if (it == model.end()) {
+      ASSERT_EQ(index.InsertIfAbsent(k, h, v, keys), IdIndex::kNone);
+      model.emplace(k, v);
+    } else if (rng() % 2 == 0) {
+      // Present: the stored value comes back and nothing changes.
+      const std::size_t size = index.size();
+      ASSERT_EQ(index.InsertIfAbsent(k, h, v, keys), it->second);
+      ASSERT_EQ(index.size(), size);
+    } else {
+      ASSERT_TRUE(index.EraseValue(h, it->second));
+      ASSERT_FALSE(index.EraseValue(h, it->second));
+      model.erase(it);
+    }
+    if (step % 1000 == 0) {
+      for (const auto& [key, value] : model) ASSERT_EQ(index.Find(key, keys), value);
+    }
+  }
+  EXPECT_EQ(index.size(), model.size());
+  for (const auto& k : keys.by_value) {
+    auto it = model.find(k);
+    EXPECT_EQ(index.Find(k, IdIndex::HashOf(k), keys),
+              it == model.end() ? IdIndex::kNone : it->second);
+  }
+}
+
+// EraseValue takes out the entry of that value only, among entries of the
+// same hash, and the others stay reachable.
+TEST(IdIndexTest, EraseValueTakesOnlyThatValueAmongEqualHashes) {
+  Keys keys{{"x0", "x1", "x2", "x3"}};
+  IdIndex index;
+  for (std::uint32_t v = 0; v < 4; ++v) index.Insert(/*hash=*/7, v);
+  EXPECT_FALSE(index.EraseValue(7, 9));
+  EXPECT_FALSE(index.EraseValue(8, 1));
+  EXPECT_TRUE(index.EraseValue(7, 1));
+  EXPECT_EQ(index.size(), 3u);
+  EXPECT_EQ(index.Find("x0", 7, keys), 0u);
+  EXPECT_EQ(index.Find("x1", 7, keys), IdIndex::kNone);
+  EXPECT_EQ(index.Find("x2", 7, keys), 2u);
+  EXPECT_EQ(index.Find("x3", 7, keys), 3u);
+  EXPECT_EQ(index.InsertIfAbsent("x2", 7, 2, keys), 2u);
+  EXPECT_EQ(index.InsertIfAbsent("x1", 7, 1, keys), IdIndex::kNone);
+  EXPECT_EQ(index.Find("x1", 7, keys), 1u);
+}
+
 TEST(IdIndexTest, AMovedFromIndexIsEmptyAndTheMovedToOneFindsEverything) {
   std::vector<std::string> keys = {"a", "b", "c"};
   auto key_of = [&](std::uint32_t v) { return std::string_view(keys[v]); };

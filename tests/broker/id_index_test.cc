@@ -56,12 +56,31 @@ TEST(IdIndexTest, StaysAtMostThirteenSixteenthsFull) {
   EXPECT_EQ(index.Find("1", keys), IdIndex::kNone);
 }
 
+// 4000 keys "k<n>", some of them repeated (a repeat is found at its first
+// value).
+Keys RandomKeys(std::mt19937& rng) {
+  Keys keys;
+  for (int i = 0; i < 4000; ++i) keys.by_value.push_back("k" + std::to_string(rng() % 100000));
+  return keys;
+}
+
+// The index holds what `model` holds, and nothing else of `keys`.
+void ExpectAgrees(const IdIndex& index, const Keys& keys,
+                  const std::map<std::string, std::uint32_t>& model) {
+  EXPECT_EQ(index.size(), model.size());
+  for (const auto& k : keys.by_value) {
+    auto it = model.find(k);
+    const std::uint32_t want = it == model.end() ? IdIndex::kNone : it->second;
+    EXPECT_EQ(index.Find(k, keys), want);
+    EXPECT_EQ(index.Find(k, IdIndex::HashOf(k), keys), want);
+  }
+}
+
 // Random inserts and erases against std::map, so that erasing inside long
 // probe runs and across the end of the table (backward shift) is exercised.
 TEST(IdIndexTest, AgreesWithAMapUnderRandomChurn) {
   std::mt19937 rng(6);
-  Keys keys;
-  for (int i = 0; i < 4000; ++i) keys.by_value.push_back("k" + std::to_string(rng() % 100000));
+  Keys keys = RandomKeys(rng);
   IdIndex index;
   std::map<std::string, std::uint32_t> model;
   for (int step = 0; step < 40000; ++step) {
@@ -79,11 +98,7 @@ TEST(IdIndexTest, AgreesWithAMapUnderRandomChurn) {
       for (const auto& [key, value] : model) ASSERT_EQ(index.Find(key, keys), value);
     }
   }
-  EXPECT_EQ(index.size(), model.size());
-  for (const auto& k : keys.by_value) {
-    auto it = model.find(k);
-    EXPECT_EQ(index.Find(k, keys), it == model.end() ? IdIndex::kNone : it->second);
-  }
+  ExpectAgrees(index, keys, model);
 }
 
 }  // namespace
@@ -96,8 +111,7 @@ namespace {
 // InsertIfAbsent and take entries out by the hash they kept (EraseValue).
 TEST(IdIndexTest, InsertIfAbsentAndEraseValueAgreeWithAMapUnderRandomChurn) {
   std::mt19937 rng(7);
-  Keys keys;
-  for (int i = 0; i < 4000; ++i) keys.by_value.push_back("k" + std::to_string(rng() % 100000));
+  Keys keys = RandomKeys(rng);
   IdIndex index;
   std::map<std::string, std::uint32_t> model;
   for (int step = 0; step < 40000; ++step) {
@@ -122,12 +136,7 @@ TEST(IdIndexTest, InsertIfAbsentAndEraseValueAgreeWithAMapUnderRandomChurn) {
       for (const auto& [key, value] : model) ASSERT_EQ(index.Find(key, keys), value);
     }
   }
-  EXPECT_EQ(index.size(), model.size());
-  for (const auto& k : keys.by_value) {
-    auto it = model.find(k);
-    EXPECT_EQ(index.Find(k, IdIndex::HashOf(k), keys),
-              it == model.end() ? IdIndex::kNone : it->second);
-  }
+  ExpectAgrees(index, keys, model);
 }
 
 // EraseValue takes out the entry of that value only, among entries of the

@@ -7,6 +7,7 @@
 #include <new>
 #include <type_traits>
 
+#include "common/msgpack_read.h"
 #include "common/msgpack_write.h"
 
 namespace fleet::proto {
@@ -231,19 +232,16 @@ struct Reject {
   throw Reject{code, std::move(detail)};
 }
 
-// str and bin reference the frame instead of being copied into the zone.
-bool ReferenceAll(msgpack::type::object_type, std::size_t, void*) {
-  return true;
-}
-
+// Reads one array's fields from a cursor positioned just after its header.
+// A field that is itself a list is read by the caller, element by element
+// from cursor(), right after the field's header.
 class Reader {
  public:
-  Reader(const msgpack::object& array, const Limits& limits, const char* what)
-      : limits_(limits), what_(what) {
-    if (array.type != msgpack::type::ARRAY) Fail(ErrorCode::kMalformed,
-                                                 std::string(what) + ": not an array");
-    items_ = array.via.array.ptr;
-    size_ = array.via.array.size;
+  Reader(mp::Cursor& cursor, const mp::Item& array, const Limits& limits, const char* what)
+      : cursor_(cursor), limits_(limits), what_(what) {
+    if (array.kind != mp::Kind::kArray) Fail(ErrorCode::kMalformed,
+                                             std::string(what) + ": not an array");
+    size_ = array.size;
   }
 
   // Requires exactly n fields from the current position.
@@ -267,18 +265,17 @@ class Reader {
     return n;
   }
 
-  const msgpack::object& Next() {
+  // Marks `n` fields as read by someone else (the envelope's version and
+  // command, read before the command was known).
+  void Skipped(std::uint32_t n) { pos_ += n; }
+
+  mp::Item Next() {
     if (pos_ >= size_) Fail(ErrorCode::kMalformed, std::string(what_) + ": too few fields");
-    return items_[pos_++];
+    ++pos_;
+    return cursor_.Next();
   }
 
-  std::uint64_t Uint() {
-    const auto& o = Next();
-    if (o.type != msgpack::type::POSITIVE_INTEGER) {
-      Fail(ErrorCode::kMalformed, std::string(what_) + ": expected an unsigned integer");
-    }
-    return o.via.u64;
-  }
+  std::uint64_t Uint() { return UintOf(Next()); }
 
   std::uint32_t Uint32() {
     std::uint64_t v = Uint();
@@ -287,12 +284,12 @@ class Reader {
   }
 
   double Float() {
-    const auto& o = Next();
-    switch (o.type) {
-      case msgpack::type::FLOAT32:
-      case msgpack::type::FLOAT64: return o.via.f64;
-      case msgpack::type::POSITIVE_INTEGER: return static_cast<double>(o.via.u64);
-      case msgpack::type::NEGATIVE_INTEGER: return static_cast<double>(o.via.i64);
+    const mp::Item o = Next();
+    switch (o.kind) {
+      case mp::Kind::kFloat32:
+      case mp::Kind::kFloat64: return o.f;
+      case mp::Kind::kPositive: return static_cast<double>(o.u);
+      case mp::Kind::kNegative: return static_cast<double>(o.i);
       default: Fail(ErrorCode::kMalformed, std::string(what_) + ": expected a number");
     }
   }
@@ -305,53 +302,70 @@ class Reader {
   // bin; str accepted too, so that a hand-written producer that packs its
   // payload as str is not refused for it.
   std::string_view Bin() {
-    const auto& o = Next();
-    if (o.type == msgpack::type::BIN) {
-      if (o.via.bin.size > limits_.max_payload_bytes) TooLarge("payload");
-      return {o.via.bin.ptr, o.via.bin.size};
+    const mp::Item o = Next();
+    if (o.kind != mp::Kind::kBin && o.kind != mp::Kind::kStr) {
+      Fail(ErrorCode::kMalformed, std::string(what_) + ": expected bin");
     }
-    if (o.type == msgpack::type::STR) {
-      if (o.via.str.size > limits_.max_payload_bytes) TooLarge("payload");
-      return {o.via.str.ptr, o.via.str.size};
-    }
-    Fail(ErrorCode::kMalformed, std::string(what_) + ": expected bin");
+    if (o.size > limits_.max_payload_bytes) TooLarge("payload");
+    return {o.ptr, o.size};
   }
 
-  // An array field; items are checked against max_items.
-  const msgpack::object& List() {
-    const auto& o = Next();
-    if (o.type != msgpack::type::ARRAY) {
+  // An array field: its header, with the item count checked against
+  // max_items. Its elements come next from cursor().
+  std::uint32_t List() {
+    const mp::Item o = Next();
+    if (o.kind != mp::Kind::kArray) {
       Fail(ErrorCode::kMalformed, std::string(what_) + ": expected an array");
     }
-    if (o.via.array.size > limits_.max_items) TooLarge("item count");
-    return o;
+    if (o.size > limits_.max_items) TooLarge("item count");
+    return o.size;
   }
 
+  // The next element of a list field, as an array of fields.
+  Reader Element(const char* what) { return Reader(cursor_, cursor_.Next(), limits_, what); }
+
   std::vector<std::string_view> IdList() {
-    const auto& o = List();
+    const std::uint32_t n = List();
     std::vector<std::string_view> out;
-    out.reserve(o.via.array.size);
-    for (std::uint32_t i = 0; i < o.via.array.size; ++i) {
-      out.push_back(StrOf(o.via.array.ptr[i], limits_.max_id_bytes));
+    out.reserve(n);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      out.push_back(StrOf(cursor_.Next(), limits_.max_id_bytes));
     }
     return out;
   }
 
-  const msgpack::object& Map() {
-    const auto& o = Next();
-    if (o.type != msgpack::type::MAP) {
+  // A map field: its header, with the pair count checked against max_items.
+  // Its keys and values come next from cursor().
+  std::uint32_t Map() {
+    const mp::Item o = Next();
+    if (o.kind != mp::Kind::kMap) {
       Fail(ErrorCode::kMalformed, std::string(what_) + ": expected a map");
     }
-    if (o.via.map.size > limits_.max_items) TooLarge("item count");
-    return o;
+    if (o.size > limits_.max_items) TooLarge("item count");
+    return o.size;
   }
 
-  std::string_view StrOf(const msgpack::object& o, std::size_t max) const {
-    if (o.type != msgpack::type::STR) {
+  // The next pair of a map field. The key is not checked here: callers
+  // check the value first, as the codec always has.
+  std::pair<mp::Item, mp::Item> Pair() {
+    const mp::Item key = cursor_.Next();
+    if (key.container()) cursor_.SkipElements(key);
+    return {key, cursor_.Next()};
+  }
+
+  std::uint64_t UintOf(const mp::Item& o) const {
+    if (o.kind != mp::Kind::kPositive) {
+      Fail(ErrorCode::kMalformed, std::string(what_) + ": expected an unsigned integer");
+    }
+    return o.u;
+  }
+
+  std::string_view StrOf(const mp::Item& o, std::size_t max) const {
+    if (o.kind != mp::Kind::kStr) {
       Fail(ErrorCode::kMalformed, std::string(what_) + ": expected str");
     }
-    if (o.via.str.size > max) TooLarge("string");
-    return {o.via.str.ptr, o.via.str.size};
+    if (o.size > max) TooLarge("string");
+    return {o.ptr, o.size};
   }
 
   const Limits& limits() const { return limits_; }
@@ -361,9 +375,9 @@ class Reader {
     Fail(ErrorCode::kTooLarge, std::string(what_) + ": " + field + " over the limit");
   }
 
+  mp::Cursor& cursor_;
   const Limits& limits_;
   const char* what_;
-  const msgpack::object* items_ = nullptr;
   std::uint32_t size_ = 0;
   std::uint32_t pos_ = 0;
 };
@@ -388,11 +402,11 @@ Message DecodeBody(Command command, Reader& r) {
   switch (command) {
     case Command::kSubmit: {
       r.Expect(1);
-      const auto& list = r.List();
+      const std::uint32_t count = r.List();
       Submit m;
-      m.batches.reserve(list.via.array.size);
-      for (std::uint32_t i = 0; i < list.via.array.size; ++i) {
-        Reader b(list.via.array.ptr[i], lim, "submit batch");
+      m.batches.reserve(count);
+      for (std::uint32_t i = 0; i < count; ++i) {
+        Reader b = r.Element("submit batch");
         b.Expect(3);
         SubmitItem item;
         item.id = b.Id();
@@ -406,9 +420,9 @@ Message DecodeBody(Command command, Reader& r) {
       r.Expect(2);
       Ack m;
       m.accepted = r.IdList();
-      const auto& list = r.List();
-      for (std::uint32_t i = 0; i < list.via.array.size; ++i) {
-        Reader b(list.via.array.ptr[i], lim, "ack rejection");
+      const std::uint32_t count = r.List();
+      for (std::uint32_t i = 0; i < count; ++i) {
+        Reader b = r.Element("ack rejection");
         b.Expect(3);
         Rejection rej;
         rej.id = b.Id();
@@ -420,11 +434,11 @@ Message DecodeBody(Command command, Reader& r) {
     }
     case Command::kResult: {
       r.Expect(1);
-      const auto& list = r.List();
+      const std::uint32_t count = r.List();
       Result m;
-      m.results.reserve(list.via.array.size);
-      for (std::uint32_t i = 0; i < list.via.array.size; ++i) {
-        Reader b(list.via.array.ptr[i], lim, "result");
+      m.results.reserve(count);
+      for (std::uint32_t i = 0; i < count; ++i) {
+        Reader b = r.Element("result");
         b.Expect(5);
         ResultItem item;
         item.id = b.Id();
@@ -461,11 +475,11 @@ Message DecodeBody(Command command, Reader& r) {
     }
     case Command::kDispatch: {
       r.Expect(1);
-      const auto& list = r.List();
+      const std::uint32_t count = r.List();
       Dispatch m;
-      m.batches.reserve(list.via.array.size);
-      for (std::uint32_t i = 0; i < list.via.array.size; ++i) {
-        Reader b(list.via.array.ptr[i], lim, "dispatch batch");
+      m.batches.reserve(count);
+      for (std::uint32_t i = 0; i < count; ++i) {
+        Reader b = r.Element("dispatch batch");
         b.Expect(4);
         DispatchItem item;
         item.id = b.Id();
@@ -480,10 +494,10 @@ Message DecodeBody(Command command, Reader& r) {
       r.Expect(2);
       Done m;
       m.credit = r.Uint32();
-      const auto& list = r.List();
-      m.results.reserve(list.via.array.size);
-      for (std::uint32_t i = 0; i < list.via.array.size; ++i) {
-        Reader b(list.via.array.ptr[i], lim, "done result");
+      const std::uint32_t count = r.List();
+      m.results.reserve(count);
+      for (std::uint32_t i = 0; i < count; ++i) {
+        Reader b = r.Element("done result");
         b.Expect(5);
         DoneItem item;
         item.id = b.Id();
@@ -520,9 +534,9 @@ Message DecodeBody(Command command, Reader& r) {
       r.Expect(2);
       WorkersReply m;
       m.request_id = r.Uint();
-      const auto& list = r.List();
-      for (std::uint32_t i = 0; i < list.via.array.size; ++i) {
-        Reader b(list.via.array.ptr[i], lim, "worker info");
+      const std::uint32_t count = r.List();
+      for (std::uint32_t i = 0; i < count; ++i) {
+        Reader b = r.Element("worker info");
         const std::uint32_t n = b.ExpectBetween(7, 8);
         WorkerInfo w;
         w.id = b.Id();
@@ -541,28 +555,28 @@ Message DecodeBody(Command command, Reader& r) {
       r.Expect(3);
       StatsReply m;
       m.request_id = r.Uint();
-      const auto& queues = r.Map();
-      for (std::uint32_t i = 0; i < queues.via.map.size; ++i) {
-        const auto& kv = queues.via.map.ptr[i];
-        if (kv.val.type != msgpack::type::POSITIVE_INTEGER) {
+      const std::uint32_t queue_count = r.Map();
+      for (std::uint32_t i = 0; i < queue_count; ++i) {
+        const auto [key, val] = r.Pair();
+        if (val.kind != mp::Kind::kPositive) {
           Fail(ErrorCode::kMalformed, "stats: queue depth not an unsigned integer");
         }
-        m.queues.emplace_back(r.StrOf(kv.key, lim.max_id_bytes), kv.val.via.u64);
+        m.queues.emplace_back(r.StrOf(key, lim.max_id_bytes), val.u);
       }
-      const auto& values = r.Map();
-      for (std::uint32_t i = 0; i < values.via.map.size; ++i) {
-        const auto& kv = values.via.map.ptr[i];
+      const std::uint32_t value_count = r.Map();
+      for (std::uint32_t i = 0; i < value_count; ++i) {
+        const auto [key, val] = r.Pair();
         double v = 0;
-        if (kv.val.type == msgpack::type::FLOAT32 || kv.val.type == msgpack::type::FLOAT64) {
-          v = kv.val.via.f64;
-        } else if (kv.val.type == msgpack::type::POSITIVE_INTEGER) {
-          v = static_cast<double>(kv.val.via.u64);
-        } else if (kv.val.type == msgpack::type::NEGATIVE_INTEGER) {
-          v = static_cast<double>(kv.val.via.i64);
+        if (val.kind == mp::Kind::kFloat32 || val.kind == mp::Kind::kFloat64) {
+          v = val.f;
+        } else if (val.kind == mp::Kind::kPositive) {
+          v = static_cast<double>(val.u);
+        } else if (val.kind == mp::Kind::kNegative) {
+          v = static_cast<double>(val.i);
         } else {
           Fail(ErrorCode::kMalformed, "stats: value not a number");
         }
-        m.values.emplace_back(r.StrOf(kv.key, lim.max_id_bytes), v);
+        m.values.emplace_back(r.StrOf(key, lim.max_id_bytes), v);
       }
       return m;
     }
@@ -692,94 +706,20 @@ void EncodeTo(const Message& message, std::string* out) {
   std::visit(EncodeVisitor{packer, out}, message);
 }
 
-namespace {
-
-// Walks the msgpack structure without building it and checks that every
-// array or map announces no more elements than bytes remain (each element
-// takes at least one) and that no length runs past the end. msgpack-c
-// reserves room for an announced count before any element arrives, so
-// without this a 6-byte frame made it allocate megabytes. One pass over the
-// headers; payload bytes are skipped by their length.
-// `max_children`: a larger count is reported as over the limit (kTooLarge)
-// rather than as truncated.
-bool PlausibleMsgpack(const unsigned char* p, std::size_t n, std::uint64_t max_children,
-                      ErrorCode* code, std::string* why) {
-  *code = ErrorCode::kMalformed;
-  std::size_t pos = 0;
-  std::uint64_t pending = 1;  // objects still to read
-  auto need = [&](std::uint64_t bytes) {
-    if (bytes > n - pos) {
-      *why = "truncated msgpack";
-      return false;
-    }
-    return true;
-  };
-  auto be = [&](int width) {
-    std::uint64_t v = 0;
-    for (int i = 0; i < width; ++i) v = (v << 8) | p[pos + i];
-    pos += width;
-    return v;
-  };
-  while (pending > 0) {
-    if (!need(1)) return false;
-    const unsigned char t = p[pos++];
-    --pending;
-    std::uint64_t skip = 0;
-    std::uint64_t children = 0;
-    if (t <= 0x7f || t >= 0xe0 || t == 0xc0 || t == 0xc2 || t == 0xc3) {
-      // fixint, nil, bool: the byte itself
-    } else if (t <= 0x8f) {
-      children = 2u * (t & 0x0f);
-    } else if (t <= 0x9f) {
-      children = t & 0x0f;
-    } else if (t <= 0xbf) {
-      skip = t & 0x1f;
-    } else {
-      switch (t) {
-        case 0xc4: case 0xd9: if (!need(1)) return false; skip = be(1); break;
-        case 0xc5: case 0xda: if (!need(2)) return false; skip = be(2); break;
-        case 0xc6: case 0xdb: if (!need(4)) return false; skip = be(4); break;
-        case 0xc7: if (!need(1)) return false; skip = be(1) + 1; break;
-        case 0xc8: if (!need(2)) return false; skip = be(2) + 1; break;
-        case 0xc9: if (!need(4)) return false; skip = be(4) + 1; break;
-        case 0xca: skip = 4; break;
-        case 0xcb: skip = 8; break;
-        case 0xcc: case 0xd0: skip = 1; break;
-        case 0xcd: case 0xd1: skip = 2; break;
-        case 0xce: case 0xd2: skip = 4; break;
-        case 0xcf: case 0xd3: skip = 8; break;
-        case 0xd4: skip = 2; break;
-        case 0xd5: skip = 3; break;
-        case 0xd6: skip = 5; break;
-        case 0xd7: skip = 9; break;
-        case 0xd8: skip = 17; break;
-        case 0xdc: if (!need(2)) return false; children = be(2); break;
-        case 0xdd: if (!need(4)) return false; children = be(4); break;
-        case 0xde: if (!need(2)) return false; children = 2 * be(2); break;
-        case 0xdf: if (!need(4)) return false; children = 2 * be(4); break;
-        default:
-          *why = "invalid msgpack: reserved type byte 0xc1";
-          return false;
-      }
-    }
-    if (!need(skip)) return false;
-    pos += skip;
-    if (children > max_children) {
-      *code = ErrorCode::kTooLarge;
-      *why = "msgpack container of " + std::to_string(children) + " elements over the limit";
-      return false;
-    }
-    if (children > n - pos) {
-      *why = "msgpack container announces " + std::to_string(children) +
-             " elements with " + std::to_string(n - pos) + " bytes left";
-      return false;
-    }
-    pending += children;
-  }
-  return true;
+// Every limit is explicit (msgpack-c's defaults, 0xffffffff, let a 5-byte
+// array header ask for ~96 GB before any element arrived): the ones the
+// codec gave msgpack-c's unpack when it decoded with it.
+mp::ReadLimits ReadLimitsFor(const Limits& limits) {
+  mp::ReadLimits r;
+  r.max_array = limits.max_items + 8;
+  r.max_map = limits.max_items;
+  r.max_str = std::max(limits.max_text_bytes, limits.max_payload_bytes);
+  r.max_bin = limits.max_payload_bytes;
+  r.max_ext = 0;
+  r.max_depth = 8;
+  r.max_children = 2 * (limits.max_items + 8);
+  return r;
 }
-
-}  // namespace
 
 Decoded Decode(const void* data, std::size_t size, const Limits& limits) {
   Decoded d;
@@ -794,93 +734,55 @@ Decoded Decode(const void* data, std::size_t size, const Limits& limits) {
     d.detail = "empty frame";
     return d;
   }
-  // Every limit is explicit: msgpack's defaults (0xffffffff) let a 5-byte
-  // array header ask for ~96 GB before any element arrives.
-  const auto bin_limit = static_cast<std::size_t>(limits.max_payload_bytes);
-  const auto str_limit = std::max(limits.max_text_bytes, limits.max_payload_bytes);
-  msgpack::unpack_limit unpack_limits(
-      /*array=*/limits.max_items + 8, /*map=*/limits.max_items,
-      /*str=*/str_limit, /*bin=*/bin_limit, /*ext=*/0, /*depth=*/8);
-  std::string why;
-  ErrorCode code = ErrorCode::kOk;
-  if (!PlausibleMsgpack(static_cast<const unsigned char*>(data), size,
-                        2 * (limits.max_items + 8), &code, &why)) {
-    d.error = code;
-    d.detail = std::move(why);
+  std::size_t end = 0;
+  if (!mp::Validate(data, size, ReadLimitsFor(limits), &end, &d.error, &d.detail)) return d;
+  if (end != size) {
+    d.error = ErrorCode::kMalformed;
+    d.detail = std::to_string(size - end) + " trailing bytes after the message";
     return d;
   }
+  d.error = ErrorCode::kOk;
   try {
-    // One zone per thread, emptied after each message, instead of a fresh
-    // one (an 8 KiB malloc and free) per message on every hot path.
-    // clear() keeps only its first chunk, so a large message's arrays do
-    // not stay.
-    thread_local msgpack::zone zone;
-    struct ClearZone {
-      ~ClearZone() { zone.clear(); }
-    } clear_zone;
-    std::size_t offset = 0;
-    const msgpack::object root = msgpack::unpack(
-        zone, static_cast<const char*>(data), size, offset, ReferenceAll, nullptr,
-        unpack_limits);
-    if (offset != size) {
-      d.error = ErrorCode::kMalformed;
-      d.detail = std::to_string(size - offset) + " trailing bytes after the message";
-      return d;
-    }
-    if (root.type != msgpack::type::ARRAY || root.via.array.size < 2) {
+    mp::Cursor cursor(data);
+    const mp::Item root = cursor.Next();
+    if (root.kind != mp::Kind::kArray || root.size < 2) {
       d.error = ErrorCode::kMalformed;
       d.detail = "message is not an array of [version, command, ...]";
       return d;
     }
-    const msgpack::object& version = root.via.array.ptr[0];
-    const msgpack::object& command = root.via.array.ptr[1];
-    if (version.type != msgpack::type::POSITIVE_INTEGER ||
-        command.type != msgpack::type::POSITIVE_INTEGER) {
+    const mp::Item version = cursor.Next();
+    const mp::Item command =
+        version.kind == mp::Kind::kPositive ? cursor.Next() : mp::Item{};
+    if (version.kind != mp::Kind::kPositive || command.kind != mp::Kind::kPositive) {
       d.error = ErrorCode::kMalformed;
       d.detail = "version and command must be unsigned integers";
       return d;
     }
-    if (version.via.u64 != kVersion) {
+    if (version.u != kVersion) {
       d.error = ErrorCode::kUnsupportedVersion;
-      d.detail = "protocol version " + std::to_string(version.via.u64) +
+      d.detail = "protocol version " + std::to_string(version.u) +
                  " not supported (this broker speaks " + std::to_string(kVersion) + ")";
       return d;
     }
-    if (!KnownCommand(command.via.u64)) {
+    if (!KnownCommand(command.u)) {
       d.error = ErrorCode::kUnknownCommand;
-      d.detail = "unknown command " + std::to_string(command.via.u64);
+      d.detail = "unknown command " + std::to_string(command.u);
       return d;
     }
     // A CONTROL's request id, read before the rest is checked, so that even
     // a CONTROL refused as a whole is answered under the id its sender waits
     // for (and a late answer is never taken for another call's).
-    if (command.via.u64 == static_cast<std::uint64_t>(Command::kControl) &&
-        root.via.array.size >= 3 &&
-        root.via.array.ptr[2].type == msgpack::type::POSITIVE_INTEGER) {
-      d.request_id = root.via.array.ptr[2].via.u64;
+    if (command.u == static_cast<std::uint64_t>(Command::kControl) && root.size >= 3) {
+      const mp::Item request_id = cursor.Peek();
+      if (request_id.kind == mp::Kind::kPositive) d.request_id = request_id.u;
     }
-    Reader reader(root, limits, "message");
-    reader.Next();
-    reader.Next();
-    d.message = DecodeBody(static_cast<Command>(command.via.u64), reader);
-    // Strings and bins reference `data`, arrays were only needed while
-    // converting: the zone can be cleared.
+    Reader reader(cursor, root, limits, "message");
+    reader.Skipped(2);
+    d.message = DecodeBody(static_cast<Command>(command.u), reader);
   } catch (const Reject& r) {
     d.message.reset();
     d.error = r.code;
     d.detail = r.detail;
-  } catch (const msgpack::size_overflow& e) {
-    d.error = ErrorCode::kTooLarge;
-    d.detail = std::string("msgpack limit exceeded: ") + e.what();
-  } catch (const msgpack::insufficient_bytes&) {
-    d.error = ErrorCode::kMalformed;
-    d.detail = "truncated msgpack";
-  } catch (const msgpack::unpack_error& e) {
-    d.error = ErrorCode::kMalformed;
-    d.detail = std::string("invalid msgpack: ") + e.what();
-  } catch (const msgpack::type_error& e) {
-    d.error = ErrorCode::kMalformed;
-    d.detail = std::string("msgpack type error: ") + e.what();
   } catch (const std::bad_alloc&) {
     d.error = ErrorCode::kTooLarge;
     d.detail = "message needs more memory than allowed";

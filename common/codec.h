@@ -1,5 +1,7 @@
 // Encodes and decodes protocol messages (protocol.h) as msgpack, enforcing
-// limits on everything a peer controls. The only file that includes msgpack.
+// limits on everything a peer controls. Encoding uses msgpack-c's packer;
+// decoding reads the frame in place (msgpack_read.h), refusing exactly what
+// msgpack-c's unpack did under the same limits.
 //
 // Thread-safe: free functions without shared state.
 #pragma once
@@ -8,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "common/msgpack_read.h"
 #include "common/protocol.h"
 
 namespace fleet::proto {
@@ -34,6 +37,10 @@ struct Decoded {
 
   bool ok() const { return message.has_value(); }
 };
+
+// The msgpack limits Decode reads a frame under (msgpack_read.h): the ones
+// in section 8 of docs/protocol.md, derived from `limits`.
+mp::ReadLimits ReadLimitsFor(const Limits& limits);
 
 // Decodes one frame. Never throws: malformed, truncated, oversized, trailing
 // bytes, a wrong version or an unknown command come back as an error.

@@ -1,5 +1,6 @@
 #include "fuzz/entry_points.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -10,7 +11,10 @@
 #include <variant>
 #include <vector>
 
+#include <msgpack.hpp>
+
 #include "common/codec.h"
+#include "common/msgpack_read.h"
 #include "common/prom_api.h"
 #include "common/prom_text.h"
 
@@ -538,13 +542,129 @@ std::string ParseAndCheckQuery(std::string_view text, const prom::QueryLimits& l
   return {};
 }
 
+// ---- msgpack reading against msgpack-c ----
+
+// str, bin and ext point into the input, as the codec's did.
+bool ReferenceAll(msgpack::type::object_type, std::size_t, void*) { return true; }
+
+// Reads the tree `o` msgpack-c built from the cursor, item by item.
+std::string SameTree(const msgpack::object& o, mp::Cursor& cursor) {
+  const mp::Item it = cursor.Next();
+  auto same_bytes = [&](mp::Kind kind, std::uint32_t size, const char* ptr) {
+    return it.kind == kind && it.size == size && (size == 0 || it.ptr == ptr);
+  };
+  bool same = false;
+  switch (o.type) {
+    case msgpack::type::POSITIVE_INTEGER:
+      same = it.kind == mp::Kind::kPositive && it.u == o.via.u64;
+      break;
+    case msgpack::type::NEGATIVE_INTEGER:
+      same = it.kind == mp::Kind::kNegative && it.i == o.via.i64;
+      break;
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64:
+      same = it.kind == (o.type == msgpack::type::FLOAT32 ? mp::Kind::kFloat32
+                                                          : mp::Kind::kFloat64) &&
+             std::memcmp(&it.f, &o.via.f64, sizeof it.f) == 0;
+      break;
+    case msgpack::type::NIL: same = it.kind == mp::Kind::kNil; break;
+    case msgpack::type::BOOLEAN:
+      same = it.kind == mp::Kind::kBool && it.u == (o.via.boolean ? 1u : 0u);
+      break;
+    case msgpack::type::STR: same = same_bytes(mp::Kind::kStr, o.via.str.size, o.via.str.ptr); break;
+    case msgpack::type::BIN: same = same_bytes(mp::Kind::kBin, o.via.bin.size, o.via.bin.ptr); break;
+    case msgpack::type::EXT: same = same_bytes(mp::Kind::kExt, o.via.ext.size, o.via.ext.ptr); break;
+    case msgpack::type::ARRAY:
+      if (it.kind != mp::Kind::kArray || it.size != o.via.array.size) break;
+      for (std::uint32_t i = 0; i < o.via.array.size; ++i) {
+        if (auto err = SameTree(o.via.array.ptr[i], cursor); !err.empty()) return err;
+      }
+      return {};
+    case msgpack::type::MAP:
+      if (it.kind != mp::Kind::kMap || it.size != o.via.map.size) break;
+      for (std::uint32_t i = 0; i < o.via.map.size; ++i) {
+        if (auto err = SameTree(o.via.map.ptr[i].key, cursor); !err.empty()) return err;
+        if (auto err = SameTree(o.via.map.ptr[i].val, cursor); !err.empty()) return err;
+      }
+      return {};
+  }
+  if (same) return {};
+  return "the cursor read kind " + std::to_string(static_cast<int>(it.kind)) +
+         " where msgpack-c has type " + std::to_string(static_cast<int>(o.type));
+}
+
 }  // namespace
+
+mp::ReadLimits TightReadLimits() {
+  mp::ReadLimits l;
+  l.max_array = 3;
+  l.max_map = 2;
+  l.max_str = 6;
+  l.max_bin = 5;
+  l.max_ext = 4;
+  l.max_depth = 3;
+  l.max_children = 8;
+  return l;
+}
+
+std::string CheckMsgpackRead(const std::uint8_t* data, std::size_t size,
+                             const mp::ReadLimits& limits) {
+  std::size_t end = 0;
+  proto::ErrorCode code = proto::ErrorCode::kOk;
+  std::string why;
+  const bool ok = mp::Validate(data, size, limits, &end, &code, &why);
+  if (!ok && (code == proto::ErrorCode::kOk || why.empty())) {
+    return "Validate refused without a code or a reason";
+  }
+  static const std::string kLimitPrefix = "msgpack limit exceeded: ";
+  const bool limit_error = !ok && why.rfind(kLimitPrefix, 0) == 0;
+  if (limit_error && code != proto::ErrorCode::kTooLarge) return "a limit reported as " + why;
+  const msgpack::unpack_limit reference_limits(
+      limits.max_array, limits.max_map, limits.max_str, limits.max_bin, limits.max_ext,
+      std::min(limits.max_depth, mp::ReadLimits::kMaxDepth));
+  msgpack::zone zone;
+  std::size_t reference_end = 0;
+  const char* bytes = reinterpret_cast<const char*>(data);
+  try {
+    const msgpack::object root = msgpack::unpack(zone, bytes, size, reference_end, ReferenceAll,
+                                                 nullptr, reference_limits);
+    if (!ok) return "Validate refused what msgpack-c unpacked: " + why;
+    if (end != reference_end) {
+      return "Validate ends at " + std::to_string(end) + ", msgpack-c at " +
+             std::to_string(reference_end);
+    }
+    mp::Cursor cursor(data);
+    if (auto err = SameTree(root, cursor); !err.empty()) return err;
+    if (cursor.position() != data + end) return "the cursor did not end where the object does";
+    mp::Cursor skipping(data);
+    const mp::Item first = skipping.Next();
+    if (first.container()) skipping.SkipElements(first);
+    if (skipping.position() != data + end) return "SkipElements did not end where the object does";
+  } catch (const msgpack::size_overflow& e) {
+    if (ok) return std::string("Validate accepted what msgpack-c refused: ") + e.what();
+    // A structural fault further on takes precedence (msgpack_read.h).
+    if (limit_error && why != kLimitPrefix + e.what()) {
+      return "Validate reported \"" + why + "\", msgpack-c \"" + e.what() + "\"";
+    }
+  } catch (const msgpack::unpack_error& e) {  // truncated, or the byte 0xc1
+    if (ok) return std::string("Validate accepted what msgpack-c refused: ") + e.what();
+    if (code != proto::ErrorCode::kMalformed) {
+      return "Validate reported \"" + why + "\" where msgpack-c found " + e.what();
+    }
+  }
+  return {};
+}
 
 std::string FuzzProtocol(const std::uint8_t* data, std::size_t size) {
   // Each set is looser than the one before, so what one accepts the next
   // must accept and decode to the same message.
   const std::pair<const char*, proto::Limits> sets[] = {
       {"tight", TightLimits()}, {"default", proto::Limits()}, {"broker", BrokerLimits()}};
+  // The reader under tight limits, and under the codec's.
+  for (const mp::ReadLimits& read : {TightReadLimits(), proto::ReadLimitsFor(TightLimits()),
+                                     proto::ReadLimitsFor(BrokerLimits())}) {
+    if (auto err = CheckMsgpackRead(data, size, read); !err.empty()) return err;
+  }
   std::string previous;
   for (const auto& [which, limits] : sets) {
     std::string encoded;

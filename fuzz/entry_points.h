@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/msgpack_read.h"
+
 namespace fleet::fuzz {
 
 // proto::Decode with the limits of every caller (the worker, producer and
@@ -27,6 +29,20 @@ namespace fleet::fuzz {
 // (compared by a second encoding), and a message accepted under tighter
 // limits is accepted, unchanged, under looser ones.
 std::string FuzzProtocol(const std::uint8_t* data, std::size_t size);
+
+// mp::Validate and mp::Cursor (common/msgpack_read.h) against msgpack-c's
+// unpack under the same limits: the same objects accepted, ending at the
+// same byte, read as the same tree (the same values, strings at the same
+// addresses); what msgpack-c refuses for a limit refused for the same
+// limit unless for a structural fault, and what it finds truncated or
+// invalid refused as malformed. FuzzProtocol runs it too. msgpack-c
+// reserves a container's elements when it reads the header: keep
+// max_array and max_map small enough for that (the codec's are 65544).
+std::string CheckMsgpackRead(const std::uint8_t* data, std::size_t size,
+                             const mp::ReadLimits& limits);
+
+// Limits that let ext through and that a few bytes break, each of them.
+mp::ReadLimits TightReadLimits();
 
 // prom::ParsePromText with the autoscaler's (default) limits, and with tight
 // ones. Checks the counters and limits, the name index, the query methods

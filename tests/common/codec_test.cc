@@ -382,5 +382,46 @@ TEST(CodecTest, AcceptsStrPayloadFromHandWrittenProducers) {
   EXPECT_EQ(std::get<Submit>(*d.message).batches[0].payload, "text payload");
 }
 
+// A stats map's value is checked before its key; a key that is itself a
+// container is stepped over to reach its value.
+TEST(CodecTest, StatsReplyChecksEachValueBeforeItsKey) {
+  auto stats = [](auto&& key, auto&& value) {
+    return Packed([&](auto& p) {
+      p.pack_array(5); p.pack(1); p.pack(33); p.pack(7);
+      p.pack_map(1); key(p); value(p);
+      p.pack_map(0);
+    });
+  };
+  auto array_key = [](auto& p) { p.pack_array(2); p.pack(1); p.pack_array(1); p.pack(2); };
+  auto str_key = [](auto& p) { p.pack("default"); };
+  auto bad_value = [](auto& p) { p.pack("x"); };
+  auto good_value = [](auto& p) { p.pack(4); };
+  struct Case {
+    const char* name;
+    std::string bytes;
+    const char* detail;
+  };
+  const Case cases[] = {
+      {"array key, bad value", stats(array_key, bad_value),
+       "stats: queue depth not an unsigned integer"},
+      {"array key, good value", stats(array_key, good_value), "message: expected str"},
+      {"str key, bad value", stats(str_key, bad_value),
+       "stats: queue depth not an unsigned integer"},
+  };
+  for (const auto& c : cases) {
+    Decoded d = Decode(c.bytes.data(), c.bytes.size());
+    EXPECT_FALSE(d.ok()) << c.name;
+    EXPECT_EQ(d.error, ErrorCode::kMalformed) << c.name;
+    EXPECT_EQ(d.detail, c.detail) << c.name;
+  }
+  std::string good = stats(str_key, good_value);
+  Decoded d = Decode(good.data(), good.size());
+  ASSERT_TRUE(d.ok()) << d.detail;
+  const auto& reply = std::get<StatsReply>(*d.message);
+  ASSERT_EQ(reply.queues.size(), 1u);
+  EXPECT_EQ(reply.queues[0].first, "default");
+  EXPECT_EQ(reply.queues[0].second, 4u);
+}
+
 }  // namespace
 }  // namespace fleet::proto

@@ -76,6 +76,11 @@ bool Validate(const void* data, std::size_t n, const ReadLimits& limits, std::si
   std::uint64_t open_left[ReadLimits::kMaxDepth];
   std::uint32_t open = 0;
   const std::uint32_t max_depth = std::min(limits.max_depth, ReadLimits::kMaxDepth);
+  // By class: the most bytes a str, bin or ext may hold, and what
+  // msgpack-c says when one holds more.
+  const std::uint64_t max_bytes[] = {0, limits.max_str, limits.max_bin, limits.max_ext};
+  static constexpr const char* kBytesOverflow[] = {nullptr, "str size overflow",
+                                                   "bin size overflow", "ext size overflow"};
   auto fail = [&](proto::ErrorCode c, std::string text) {
     *code = c;
     *why = std::move(text);
@@ -84,31 +89,33 @@ bool Validate(const void* data, std::size_t n, const ReadLimits& limits, std::si
   while (pending > 0) {
     if (pos >= n) return fail(proto::ErrorCode::kMalformed, "truncated msgpack");
     const TypeInfo info = kTypes.info[p[pos++]];
+    --pending;
     std::uint64_t length = info.fixed;  // a fix type's count, or a scalar's bytes
     if (info.width != 0) {
       if (info.width > n - pos) return fail(proto::ErrorCode::kMalformed, "truncated msgpack");
-      length = 0;
-      for (int i = 0; i < info.width; ++i) length = (length << 8) | p[pos + i];
+      switch (info.width) {
+        case 1: length = p[pos]; break;
+        case 2: length = (std::uint64_t{p[pos]} << 8) | p[pos + 1]; break;
+        default:
+          length = (std::uint64_t{p[pos]} << 24) | (std::uint64_t{p[pos + 1]} << 16) |
+                   (std::uint64_t{p[pos + 2]} << 8) | p[pos + 3];
+          break;
+      }
       pos += info.width;
     }
-    --pending;
-    std::uint64_t skip = 0;
-    std::uint64_t children = 0;
-    switch (info.what) {
-      case kScalar: skip = length; break;
-      case kStr:
-      case kBin: skip = length; break;
+    if (info.what < kArray) {  // scalar, str, bin, ext: bytes to skip
       // An ext's size, for its limit, counts its type byte: fixext's
-      // `fixed` holds 1 + its data, ext8/16/32 add 1 to their length.
-      case kExt: skip = info.width != 0 ? length + 1 : length; break;
-      case kArray: children = length; break;
-      case kMap: children = 2 * length; break;
-      case kReserved:
-        return fail(proto::ErrorCode::kMalformed, "invalid msgpack: reserved type byte 0xc1");
-    }
-    if (skip > n - pos) return fail(proto::ErrorCode::kMalformed, "truncated msgpack");
-    pos += skip;
-    if (children != 0) {
+      // `fixed` holds it with the data, ext8/16/32 add it to their length.
+      const std::uint64_t skip = info.what == kExt && info.width != 0 ? length + 1 : length;
+      if (skip > n - pos) return fail(proto::ErrorCode::kMalformed, "truncated msgpack");
+      pos += skip;
+      if (overflow != nullptr) continue;
+      if (info.what != kScalar && skip > max_bytes[info.what]) {
+        overflow = kBytesOverflow[info.what];
+        continue;
+      }
+    } else if (info.what != kReserved) {  // array, map: elements to read
+      const std::uint64_t children = info.what == kMap ? 2 * length : length;
       if (children > limits.max_children) {
         return fail(proto::ErrorCode::kTooLarge, "msgpack container of " +
                                                      std::to_string(children) +
@@ -120,27 +127,21 @@ bool Validate(const void* data, std::size_t n, const ReadLimits& limits, std::si
                         " elements with " + std::to_string(n - pos) + " bytes left");
       }
       pending += children;
-    }
-    if (overflow != nullptr) continue;
-    switch (info.what) {
-      case kScalar:
-      case kReserved: break;
-      case kStr: if (skip > limits.max_str) overflow = "str size overflow"; break;
-      case kBin: if (skip > limits.max_bin) overflow = "bin size overflow"; break;
-      case kExt: if (skip > limits.max_ext) overflow = "ext size overflow"; break;
-      case kArray:
-        if (children > limits.max_array) overflow = "array size overflow";
-        else if (open >= max_depth) overflow = "depth size overflow";
-        break;
-      case kMap:
-        if (length > limits.max_map) overflow = "map size overflow";
-        else if (open >= max_depth) overflow = "depth size overflow";
-        break;
-    }
-    if (overflow != nullptr) continue;
-    if (children != 0) {
-      open_left[open++] = children;
-      continue;
+      if (overflow != nullptr) continue;
+      if (length > (info.what == kMap ? limits.max_map : limits.max_array)) {
+        overflow = info.what == kMap ? "map size overflow" : "array size overflow";
+        continue;
+      }
+      if (open >= max_depth) {
+        overflow = "depth size overflow";
+        continue;
+      }
+      if (children != 0) {
+        open_left[open++] = children;
+        continue;
+      }
+    } else {
+      return fail(proto::ErrorCode::kMalformed, "invalid msgpack: reserved type byte 0xc1");
     }
     // An item complete: so is every container it was the last element of.
     while (open > 0 && --open_left[open - 1] == 0) --open;

@@ -39,10 +39,18 @@ class Name {
 
 class NameTable {
  public:
+  NameTable() = default;
+  NameTable(const NameTable&) = delete;  // its Names point into it
+  NameTable& operator=(const NameTable&) = delete;
+
   // A Name for `text`, counted until Release. Requires nothing; "" is a text
-  // like any other (it gets an entry and a count).
+  // like any other (it gets an entry and a count). The text acquired last
+  // is taken again without a lookup (a SUBMIT's batches share a producer,
+  // a DISPATCH's a worker).
   Name Acquire(std::string_view text);
-  // Gives back a Name from Acquire. A default Name is ignored. The Name, and
+  // Gives back a Name from this table's Acquire (a Name from anywhere else
+  // is a bug); a default Name is ignored. Counts down without a lookup; only
+  // the last release of a text looks it up, to forget it. The Name, and
   // every copy of it, may dangle once its text's count reaches zero.
   void Release(const Name& name);
   // Names handed out for `text` and not yet released; 0 if none.
@@ -51,8 +59,14 @@ class NameTable {
   std::size_t size() const { return refs_.size(); }
 
  private:
-  // Node-based: a key never moves, so a Name may point at it.
+  // Node-based: an entry never moves, so a Name may point at its key, and
+  // the entry is found again from that pointer (the key is its first
+  // member).
+  using Entry = StringMap<std::size_t>::value_type;
+  static Entry* EntryOf(const Name& name);
+
   StringMap<std::size_t> refs_;
+  Entry* last_ = nullptr;  // the entry Acquire returned last, while it lives
 };
 
 }  // namespace fleet::broker

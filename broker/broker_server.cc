@@ -233,24 +233,21 @@ zmq::socket_t& BrokerServer::SocketFor(Socket which) {
 }
 
 void BrokerServer::Run(const std::function<bool()>& stop, const std::function<bool()>& reload) {
-  // The three endpoints, then (with CURVE) their handshake monitors.
-  std::vector<zmq::pollitem_t> items = {
-      {frontend_.handle(), 0, ZMQ_POLLIN, 0},
-      {backend_.handle(), 0, ZMQ_POLLIN, 0},
-      {control_.handle(), 0, ZMQ_POLLIN, 0},
-  };
+  // The three endpoints (indices 0-2, in the order of Socket), then (with
+  // CURVE) their handshake monitors, then the guard's connection monitors.
+  waiter_ = SocketWaiter();
+  waiter_.Add(frontend_);
+  waiter_.Add(backend_);
+  waiter_.Add(control_);
+  const std::size_t curve_first = waiter_.size();
   const std::size_t monitors = curve_monitor_ != nullptr ? curve_monitor_->size() : 0;
-  for (std::size_t i = 0; i < monitors; ++i) {
-    items.push_back({curve_monitor_->socket(i).handle(), 0, ZMQ_POLLIN, 0});
-  }
-  const std::size_t guard_first = items.size();
+  for (std::size_t i = 0; i < monitors; ++i) waiter_.Add(curve_monitor_->socket(i));
+  const std::size_t guard_first = waiter_.size();
   const std::size_t guards = guard_ != nullptr ? guard_->monitors() : 0;
-  for (std::size_t i = 0; i < guards; ++i) {
-    items.push_back({guard_->socket(i).handle(), 0, ZMQ_POLLIN, 0});
-  }
+  for (std::size_t i = 0; i < guards; ++i) waiter_.Add(guard_->socket(i));
   // Durable mode: the journal's writer says a write (and its sync) is done.
-  const std::size_t journal_item = items.size();
-  if (journal_ != nullptr) items.push_back({nullptr, journal_->wake_fd(), ZMQ_POLLIN, 0});
+  const std::size_t journal_item = waiter_.size();
+  if (journal_ != nullptr) waiter_.AddFd(journal_->wake_fd());
   // Housekeeping runs twice per heartbeat so a heartbeat is never late by
   // more than half an interval.
   const Duration tick = options_.heartbeat / 2;
@@ -273,25 +270,27 @@ void BrokerServer::Run(const std::function<bool()>& stop, const std::function<bo
     TimePoint now = clock_.Now();
     auto wait = std::chrono::ceil<Millis>(std::min({next_tick, metrics_due, journal_due_}) - now);
     if (wait.count() < 0) wait = Millis(0);
-    PollNoThrow(items.data(), items.size(), wait);
+    waiter_.Wait(wait);
     now = clock_.Now();
     for (std::size_t i = 0; i < monitors; ++i) {
-      if (items[3 + i].revents & ZMQ_POLLIN) curve_monitor_->Drain(i, now);
+      const std::size_t k = curve_first + i;
+      if (waiter_.ready(k)) waiter_.Drained(k, curve_monitor_->Drain(i, now));
     }
     for (std::size_t i = 0; i < guards; ++i) {
-      if (items[guard_first + i].revents & ZMQ_POLLIN) guard_->Drain(i, now);
+      const std::size_t k = guard_first + i;
+      if (waiter_.ready(k)) waiter_.Drained(k, guard_->Drain(i, now));
     }
-    const bool active = (items[0].revents | items[1].revents | items[2].revents) & ZMQ_POLLIN;
-    busy_since_tick |= active;
     // First, so that a write's batches are queued and answered this turn,
     // and the next write (what came meanwhile) can start at its end.
-    if (journal_ != nullptr && (items[journal_item].revents & ZMQ_POLLIN) &&
-        journal_->writing()) {
+    if (journal_ != nullptr && waiter_.ready(journal_item) && journal_->writing()) {
       core_.AfterCommit(journal_->FinishWrite(), now);
     }
-    if (items[0].revents & ZMQ_POLLIN) Drain(frontend_, Socket::kFrontend, now);
-    if (items[1].revents & ZMQ_POLLIN) Drain(backend_, Socket::kBackend, now);
-    if (items[2].revents & ZMQ_POLLIN) Drain(control_, Socket::kControl, now);
+    // Received messages, not readiness: a socket is also ready after a
+    // send (a heartbeat), which is no activity.
+    const int received = Drain(Socket::kFrontend, now) + Drain(Socket::kBackend, now) +
+                         Drain(Socket::kControl, now);
+    const bool active = received > 0;
+    busy_since_tick |= active;
     core_.Pump(now);
     FlushAndRedispatch(now);
     if (metrics_ != nullptr) {
@@ -334,9 +333,16 @@ void BrokerServer::Run(const std::function<bool()>& stop, const std::function<bo
   }
 }
 
-void BrokerServer::Drain(zmq::socket_t& socket, Socket which, TimePoint now) {
-  for (int i = 0; i < kBurst; ++i) {
-    if (!RecvMultipart(socket, &frames_)) return;
+int BrokerServer::Drain(Socket which, TimePoint now) {
+  const std::size_t k = static_cast<std::size_t>(which);
+  if (!waiter_.ready(k)) return 0;
+  zmq::socket_t& socket = SocketFor(which);
+  int n = 0;
+  for (; n < kBurst; ++n) {
+    if (!RecvMultipart(socket, &frames_)) {
+      waiter_.Drained(k, false);
+      return n;
+    }
     if (frames_.size() < 2) continue;  // a ROUTER always prepends the routing id
     std::string_view identity(static_cast<const char*>(frames_[0].data()), frames_[0].size());
     if (frames_.size() != 2) {
@@ -354,6 +360,9 @@ void BrokerServer::Drain(zmq::socket_t& socket, Socket which, TimePoint now) {
     // `d.message` borrows from frames_[1], which lives until the next recv.
     core_.OnMessage(which, identity, *d.message, now);
   }
+  // Stopped at the bound: the socket stays ready, so the next wait does
+  // not block.
+  return n;
 }
 
 void BrokerServer::FlushAndRedispatch(TimePoint now) {
@@ -406,6 +415,7 @@ void BrokerServer::Flush(TimePoint now) {
   auto send_frames = [&] {
     for (; frames_sent < out.frames.size(); ++frames_sent) {
       const std::size_t i = frames_sent;
+      waiter_.Touched(static_cast<std::size_t>(out.frames[i].socket));
       if (!SendRouted(SocketFor(out.frames[i].socket), out.frames[i].identity,
                       out.frames[i].body)) {
         const Socket socket = out.frames[i].socket;
@@ -416,7 +426,10 @@ void BrokerServer::Flush(TimePoint now) {
   };
   send_frames();
 
-  // Then dispatches: workers idle until they get them.
+  // Then dispatches: workers idle until they get them. (A send processes
+  // the socket's commands, which may take the wake-up of input that came
+  // meanwhile: SocketWaiter.)
+  if (!out.dispatch_workers.empty()) waiter_.Touched(static_cast<std::size_t>(Socket::kBackend));
   std::vector<proto::DispatchItem> dispatch;
   for (const std::string& worker_id : out.dispatch_workers) {
     Worker* w = core_.workers().Find(worker_id);
@@ -457,6 +470,7 @@ void BrokerServer::Flush(TimePoint now) {
   std::vector<std::string_view> accepted;
   std::vector<proto::Rejection> rejected;
   std::vector<proto::ResultItem> results;
+  if (!out.producers.empty()) waiter_.Touched(static_cast<std::size_t>(Socket::kFrontend));
   for (auto& [identity, po] : out.producers) {
     accepted.assign(po.accepted.begin(), po.accepted.end());
     rejected.clear();

@@ -20,6 +20,7 @@
 #include "common/codec.h"
 #include "common/curve.h"
 #include "common/curve_monitor.h"
+#include "common/socket_waiter.h"
 
 namespace fleet::broker {
 
@@ -75,7 +76,9 @@ class BrokerServer {
   const std::vector<std::string>& ready_lines() const { return ready_lines_; }
 
  private:
-  void Drain(zmq::socket_t& socket, Socket which, TimePoint now);
+  // Receives and handles up to kBurst messages from an endpoint if the
+  // waiter has it ready; returns how many it received.
+  int Drain(Socket which, TimePoint now);
   void Flush(TimePoint now);
   // Flush, and if that found a worker gone, dispatch what came back and
   // flush again.
@@ -100,6 +103,7 @@ class BrokerServer {
   std::string frontend_endpoint_;
   std::string backend_endpoint_;
   std::string control_endpoint_;
+  SocketWaiter waiter_;                 // Run's wait; Flush marks the sockets it sent on
   std::vector<zmq::message_t> frames_;  // reused receive buffer
   std::string scratch_;                 // reused encode buffer
   class BrokerMetrics* metrics_ = nullptr;

@@ -15,6 +15,9 @@
 namespace fleet::broker {
 namespace {
 
+// Events read per Drain: the loop's other sockets get their turn between.
+constexpr int kDrainBound = 256;
+
 // The TCP port of a resolved endpoint (tcp://HOST:PORT), or -1.
 int PortOf(const std::string& endpoint) {
   if (endpoint.rfind("tcp://", 0) != 0) return -1;
@@ -100,9 +103,10 @@ void ConnectionGuard::Track(const std::string& endpoint, const std::string& name
   Add(nullptr, endpoint, name, charge);
 }
 
-void ConnectionGuard::Drain(std::size_t i, TimePoint now) {
+bool ConnectionGuard::Drain(std::size_t i, TimePoint now) {
   // Bounded per call like every other socket of the loop.
-  for (int n = 0; n < 256 && RecvMultipart(endpoints_[i].monitor, &frames_); ++n) {
+  for (int n = 0; n < kDrainBound; ++n) {
+    if (!RecvMultipart(endpoints_[i].monitor, &frames_)) return false;
     // Frame 1: 16-bit event, 32-bit value (host order); frame 2: address.
     if (frames_.empty() || frames_[0].size() < 6) continue;
     std::uint16_t event = 0;
@@ -111,6 +115,7 @@ void ConnectionGuard::Drain(std::size_t i, TimePoint now) {
     std::memcpy(&value, static_cast<const char*>(frames_[0].data()) + 2, sizeof value);
     OnEvent(i, event, value, now);
   }
+  return true;
 }
 
 void ConnectionGuard::OnEvent(std::size_t i, std::uint16_t event, std::uint32_t value,

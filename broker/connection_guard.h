@@ -70,8 +70,9 @@ class ConnectionGuard {
   // Monitors the guard owns (0 when it only tracks) and their sockets.
   std::size_t monitors() const { return owned_; }
   zmq::socket_t& socket(std::size_t i) { return endpoints_[i].monitor; }
-  // Reads every event the i-th owned monitor holds (bounded per call).
-  void Drain(std::size_t i, TimePoint now);
+  // Reads every event the i-th owned monitor holds, up to a bound per call;
+  // returns true when it stopped at the bound (more may wait).
+  bool Drain(std::size_t i, TimePoint now);
 
   // True while some connection has not yet sent a valid message.
   bool watching() const { return budget_.unproven() > 0; }

@@ -65,6 +65,7 @@ Producer::Producer(zmq::context_t& context, Options options,
   }
   monitor_.set(zmq::sockopt::linger, 0);
   monitor_.connect(monitor_endpoint);
+  monitor_fd_ = static_cast<int>(monitor_.get(zmq::sockopt::fd));
   socket_.connect(options_.endpoint);
 }
 
@@ -104,10 +105,18 @@ std::size_t Producer::Poll(std::chrono::milliseconds timeout) {
     wait = std::clamp(CeilMillis(*next - now), std::chrono::milliseconds(0),
                       wait);
   }
+  // The monitor by its descriptor (ZMQ_FD), not as a zmq socket: zmq::poll
+  // asks a zmq socket for ZMQ_EVENTS before and after each wait, two system
+  // calls each for an idle one (common/socket_waiter.h). The descriptor
+  // wakes when commands reach the monitor, which is exact for its input once
+  // a receive has found nothing: ReadMonitor empties it whenever it wakes,
+  // and once before the descriptor is trusted (input that came before any
+  // receive wakes nothing).
+  if (monitor_unread_) wait = std::chrono::milliseconds(0);
   zmq::pollitem_t items[] = {
       {socket_.handle(), 0,
        static_cast<short>(ZMQ_POLLIN | (send_blocked_ ? ZMQ_POLLOUT : 0)), 0},
-      {monitor_.handle(), 0, ZMQ_POLLIN, 0},
+      {nullptr, monitor_fd_, ZMQ_POLLIN, 0},
       {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
   PollNoThrow(items, wake_fd_ >= 0 ? 3 : 2, wait);
   if (items[0].revents & ZMQ_POLLOUT) send_blocked_ = false;
@@ -115,7 +124,7 @@ std::size_t Producer::Poll(std::chrono::milliseconds timeout) {
   now = clock_->Now();
   if (items[0].revents & ZMQ_POLLIN) delivered += Receive(now);
   // After Receive, so results already here are not re-sent for.
-  if (items[1].revents & ZMQ_POLLIN) ReadMonitor();
+  if (monitor_unread_ || (items[1].revents & ZMQ_POLLIN)) ReadMonitor();
   // Results free window slots, a reconnect queues re-sends: send them now
   // rather than a Poll later.
   Flush(now);
@@ -123,8 +132,14 @@ std::size_t Producer::Poll(std::chrono::milliseconds timeout) {
 }
 
 void Producer::ReadMonitor() {
-  // Each event is [u16 event, u32 value][endpoint].
-  while (RecvMultipart(monitor_, &frames_)) {
+  // Each event is [u16 event, u32 value][endpoint]. Emptied only when a
+  // receive finds nothing (a callback below may throw): Poll trusts the
+  // monitor's descriptor from then on.
+  while (true) {
+    if (!RecvMultipart(monitor_, &frames_)) {
+      monitor_unread_ = false;
+      return;
+    }
     std::uint16_t event = 0;
     std::uint32_t value = 0;
     if (frames_.empty() || frames_[0].size() < sizeof event + sizeof value) continue;

@@ -189,6 +189,8 @@ class Producer {
   ReconnectCallback on_reconnect_;
   const Clock* clock_;
   zmq::socket_t monitor_;  // PAIR: socket_'s connection events
+  int monitor_fd_ = -1;         // monitor_'s ZMQ_FD, polled as a descriptor (Poll)
+  bool monitor_unread_ = true;  // monitor_ not yet emptied by a receive
   zmq::socket_t socket_;
   BatchTracker tracker_;
   std::vector<std::string> fetch_queue_;  // ids to FETCH, not yet sent

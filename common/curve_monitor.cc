@@ -23,6 +23,8 @@ constexpr int kEvents = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
 
 // Descriptors remembered at most (a connection flood must not grow it).
 constexpr std::size_t kMaxPeers = 65536;
+// Events read per Drain: the loop's other sockets get their turn between.
+constexpr int kDrainBound = 256;
 
 // The peer's IP address of a connected socket (no port: a client that
 // reconnects comes from a new port each time), "local" for ipc, "" when it
@@ -108,10 +110,11 @@ void CurveMonitor::Watch(zmq::socket_t& server, const std::string& name) {
   watched_.push_back(std::move(w));
 }
 
-void CurveMonitor::Drain(std::size_t i, TimePoint now) {
+bool CurveMonitor::Drain(std::size_t i, TimePoint now) {
   Watched& w = watched_[i];
   // Bounded per call like every other socket of the loop.
-  for (int n = 0; n < 256 && RecvMultipart(w.monitor, &frames_); ++n) {
+  for (int n = 0; n < kDrainBound; ++n) {
+    if (!RecvMultipart(w.monitor, &frames_)) return false;
     // Frame 1: 16-bit event, 32-bit value (host order: the descriptor for
     // ACCEPTED and DISCONNECTED); frame 2: the bound endpoint.
     if (frames_.size() < 2 || frames_[0].size() < 6) continue;
@@ -142,6 +145,7 @@ void CurveMonitor::Drain(std::size_t i, TimePoint now) {
     if (w.pending.reason >= 0) Log(w, w.pending, "", now);
     w.pending = Pending{reason, event, value};
   }
+  return true;
 }
 
 void CurveMonitor::Log(Watched& w, const Pending& p, const std::string& address, TimePoint now) {

@@ -80,8 +80,10 @@ class CurveMonitor {
   // The i-th monitor's socket, to poll for ZMQ_POLLIN.
   zmq::socket_t& socket(std::size_t i) { return watched_[i].monitor; }
   const std::string& name(std::size_t i) const { return watched_[i].name; }
-  // Reads every event the i-th monitor holds: counts and logs refusals.
-  void Drain(std::size_t i, TimePoint now);
+  // Reads every event the i-th monitor holds, up to a bound per call: counts
+  // and logs refusals. Returns true when it stopped at the bound (more may
+  // wait).
+  bool Drain(std::size_t i, TimePoint now);
   // Housekeeping: forgets quiet peers and logs one summary line of the
   // refusals no line reported. Call every few seconds.
   void Tick(TimePoint now);

@@ -46,7 +46,7 @@ zmq::message_t AdoptString(std::string&& s) {
 
 }  // namespace
 
-std::optional<Completion> Completion::Receive(zmq::socket_t& pull) {
+std::optional<Completion> Completion::Receive(zmq::socket_t& pull, bool* dropped) {
   Completion c;
   if (!pull.recv(c.header_, zmq::recv_flags::dontwait)) return std::nullopt;
   HandoffAcquire();
@@ -76,6 +76,7 @@ std::optional<Completion> Completion::Receive(zmq::socket_t& pull) {
     if (c.id_size_ <= c.header_.size() - kIdAt) return c;
   }
   spdlog::error("slot sent a malformed completion ({} frames); dropped", frames);
+  if (dropped != nullptr) *dropped = true;
   return std::nullopt;
 }
 

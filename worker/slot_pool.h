@@ -45,8 +45,9 @@ struct Task {
 class Completion {
  public:
   // Receives one completion without blocking. Returns nullopt when nothing
-  // is waiting or the message is not one a slot sends (then it is dropped).
-  static std::optional<Completion> Receive(zmq::socket_t& pull);
+  // is waiting or the message is not one a slot sends (then it is dropped,
+  // and *dropped, when given, is set to true).
+  static std::optional<Completion> Receive(zmq::socket_t& pull, bool* dropped = nullptr);
 
   // Runs `task` with `handler` on the calling thread: the timeout check,
   // the result and error caps, and exceptions turned into a failed result.

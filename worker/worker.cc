@@ -153,6 +153,7 @@ Worker::Worker(WorkerOptions options, std::unique_ptr<Handler> handler)
   results_.set(zmq::sockopt::rcvhwm, 0);
   results_.set(zmq::sockopt::linger, 0);
   results_.bind(kResultsEndpoint);
+  results_fd_ = static_cast<int>(results_.get(zmq::sockopt::fd));
   process_ = dynamic_cast<ProcessHandler*>(handler_.get());
   process_limits_.timeout = options_.batch_timeout;
   process_limits_.max_result_bytes = options_.limits.max_payload_bytes;
@@ -198,15 +199,27 @@ int Worker::Run() {
     Flush(now);
     if (exit_code_) return *exit_code_;
 
-    // The results socket, the broker's (when connected), the handler's
-    // readiness descriptor (process handler), then the pipes of the
-    // batches its processes are running.
+    // The results socket, the broker's (when connected) and its monitor,
+    // the handler's readiness descriptor (process handler), then the pipes
+    // of the batches its processes are running.
+    //
+    // The results socket and the monitor are polled by their descriptors
+    // (ZMQ_FD), not as zmq sockets: zmq::poll asks a socket for ZMQ_EVENTS
+    // before and after each wait, two system calls each for an idle one
+    // (common/socket_waiter.h). A socket's descriptor wakes when commands
+    // reach it, which is exact for input once a receive has found nothing
+    // and nothing else is done with the socket: ReceiveCompletions empties
+    // the results socket every turn, ReadHandshakes the monitor whenever it
+    // wakes, and neither is sent on. A new monitor is read once before its
+    // descriptor is trusted (input that came before any receive wakes
+    // nothing). The broker's socket stays a zmq item: it is sent on, and
+    // waits for POLLOUT.
     poll_items_.clear();
-    poll_items_.push_back({results_.handle(), 0, ZMQ_POLLIN, 0});
+    poll_items_.push_back({nullptr, results_fd_, ZMQ_POLLIN, 0});
     if (broker_) {
       poll_items_.push_back({broker_->handle(), 0,
                              static_cast<short>(ZMQ_POLLIN | (want_out_ ? ZMQ_POLLOUT : 0)), 0});
-      poll_items_.push_back({monitor_->handle(), 0, ZMQ_POLLIN, 0});
+      poll_items_.push_back({nullptr, monitor_fd_, ZMQ_POLLIN, 0});
     }
     if (!stop_from_signal_) poll_items_.push_back({nullptr, stop_fd_, ZMQ_POLLIN, 0});
     const int ready_fd = handler_->ready_fd();
@@ -214,7 +227,8 @@ int Worker::Run() {
     if (process_ != nullptr && process_->has_object_gets()) SendObjectGets(now);
     const std::size_t pipes_at = poll_items_.size();
     if (process_ != nullptr) process_->PollItems(&poll_items_);
-    PollNoThrow(poll_items_.data(), static_cast<int>(poll_items_.size()), PollTimeout(now));
+    PollNoThrow(poll_items_.data(), static_cast<int>(poll_items_.size()),
+                broker_ && monitor_unread_ ? Millis(0) : PollTimeout(now));
 
     now = clock_.Now();
     if (ready_fd >= 0 && (poll_items_[pipes_at - 1].revents & ZMQ_POLLIN) != 0) {
@@ -230,7 +244,9 @@ int Worker::Run() {
     ReceiveFromBroker(now);
     // Only when the monitor has something: its events are per connection
     // attempt, and this loop turns per batch.
-    if (broker_ && (poll_items_[2].revents & ZMQ_POLLIN) != 0) ReadHandshakes();
+    if (broker_ && (monitor_unread_ || (poll_items_[2].revents & ZMQ_POLLIN) != 0)) {
+      ReadHandshakes();
+    }
   }
 }
 
@@ -238,7 +254,11 @@ void Worker::ReadHandshakes() {
   if (!monitor_) return;
   std::vector<zmq::message_t> frames;
   // Each event is [u16 event, u32 value][endpoint]; one or two per attempt.
-  while (!handshake_.failed() && RecvMultipart(*monitor_, &frames)) {
+  while (!handshake_.failed()) {
+    if (!RecvMultipart(*monitor_, &frames)) {
+      monitor_unread_ = false;  // emptied: its descriptor wakes for the next
+      break;
+    }
     std::uint16_t event = 0;
     std::uint32_t value = 0;
     if (frames.empty() || frames[0].size() < sizeof event + sizeof value) continue;
@@ -295,6 +315,8 @@ void Worker::OpenSocket(TimePoint now) {
   monitor_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
   monitor_->set(zmq::sockopt::linger, 0);
   monitor_->connect(monitor_endpoint);
+  monitor_fd_ = static_cast<int>(monitor_->get(zmq::sockopt::fd));
+  monitor_unread_ = true;  // Run: read once before the descriptor is trusted
   // Queue nothing for a connection that is not up: HELLO must be the first
   // thing the broker sees from this socket, and we learn via POLLOUT when
   // it can be sent.
@@ -338,7 +360,17 @@ bool Worker::MaySendResults() const {
 }
 
 void Worker::ReceiveCompletions() {
-  while (auto completion = Completion::Receive(results_)) TakeCompletion(std::move(*completion));
+  // Until a receive finds nothing, not merely until one is dropped: Run
+  // trusts the socket's descriptor only then.
+  while (true) {
+    bool dropped = false;
+    std::optional<Completion> completion = Completion::Receive(results_, &dropped);
+    if (completion) {
+      TakeCompletion(std::move(*completion));
+    } else if (!dropped) {
+      return;
+    }
+  }
 }
 
 void Worker::ReceiveFromBroker(TimePoint now) {

@@ -138,6 +138,9 @@ class Worker {
   zmq::socket_t results_;                   // PULL, bound before the slots
   std::unique_ptr<zmq::socket_t> broker_;   // DEALER; null while backing off
   std::unique_ptr<zmq::socket_t> monitor_;  // PAIR: broker_'s handshake events
+  int results_fd_ = -1;     // results_'s ZMQ_FD, polled as a descriptor (Run)
+  int monitor_fd_ = -1;     // monitor_'s ZMQ_FD, likewise
+  bool monitor_unread_ = false;  // monitor_ not yet emptied by a receive
   std::unique_ptr<Handler> handler_;
   std::unique_ptr<SlotPool> pool_;
   // handler_ when it is the process handler: its batches run on this

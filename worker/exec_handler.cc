@@ -51,7 +51,7 @@ class Fd {
 // A pipe whose ends are close-on-exec, so a child started by another slot at
 // the same moment never inherits them (an inherited write end would keep our
 // reader from ever seeing EOF).
-bool MakePipe(Fd* read_end, Fd* write_end) {
+bool MakeFdPipe(Fd* read_end, Fd* write_end) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return false;
   *read_end = Fd(fds[0]);
@@ -102,8 +102,8 @@ HandlerOutput ExecHandler::Run(std::string payload, Timeout timeout) {
   }
 
   Fd in_r, in_w, out_r, out_w, err_r, err_w;
-  if (!MakePipe(&in_r, &in_w) || !MakePipe(&out_r, &out_w) ||
-      !MakePipe(&err_r, &err_w)) {
+  if (!MakeFdPipe(&in_r, &in_w) || !MakeFdPipe(&out_r, &out_w) ||
+      !MakeFdPipe(&err_r, &err_w)) {
     return HandlerOutput::Failed(
         fmt::format("exec: pipe failed: {}", std::strerror(errno)));
   }

@@ -29,7 +29,7 @@ std::string WriteFile(const testing::TempDir& dir, const std::string& name,
 }
 
 // The message ReadBasicAuthFile throws, or "" when it reads the file.
-std::string ErrorOf(const std::string& path) {
+std::string AuthFileErrorOf(const std::string& path) {
   try {
     ReadBasicAuthFile(path);
   } catch (const std::runtime_error& e) {
@@ -64,12 +64,12 @@ TEST(BasicAuthTest, RefusesAFileGroupOrOthersCanReachAndSaysHowToFixIt) {
   testing::TempDir dir;
   for (mode_t mode : {0644, 0640, 0604, 0660, 0606, 0620, 0700, 0500}) {
     std::string path = WriteFile(dir, "auth", "prom:s3cret\n", mode);
-    std::string error = ErrorOf(path);
+    std::string error = AuthFileErrorOf(path);
     EXPECT_THAT(error, HasSubstr(path)) << std::oct << mode;
     EXPECT_THAT(error, HasSubstr("chmod 600 " + path)) << std::oct << mode;
     EXPECT_THAT(error, HasSubstr("0600 or 0400")) << std::oct << mode;
   }
-  EXPECT_THAT(ErrorOf(WriteFile(dir, "auth", "prom:s3cret\n", 0644)), HasSubstr("mode 0644"));
+  EXPECT_THAT(AuthFileErrorOf(WriteFile(dir, "auth", "prom:s3cret\n", 0644)), HasSubstr("mode 0644"));
 }
 
 TEST(BasicAuthTest, RefusesMissingEmptyAndMalformedFilesNamingTheFile) {
@@ -88,17 +88,17 @@ TEST(BasicAuthTest, RefusesMissingEmptyAndMalformedFilesNamingTheFile) {
   };
   for (const auto& c : cases) {
     std::string path = WriteFile(dir, "auth", c.text, 0600);
-    std::string error = ErrorOf(path);
+    std::string error = AuthFileErrorOf(path);
     EXPECT_THAT(error, HasSubstr(path)) << c.text;
     EXPECT_THAT(error, HasSubstr(c.error)) << c.text;
     EXPECT_THAT(error, HasSubstr("user:password")) << c.text;
   }
   std::string missing = dir.File("missing");
-  EXPECT_THAT(ErrorOf(missing), HasSubstr(missing));
-  EXPECT_THAT(ErrorOf(missing), HasSubstr("No such file"));
-  EXPECT_THAT(ErrorOf(WriteFile(dir, "big", std::string(5000, 'a'), 0600)),
+  EXPECT_THAT(AuthFileErrorOf(missing), HasSubstr(missing));
+  EXPECT_THAT(AuthFileErrorOf(missing), HasSubstr("No such file"));
+  EXPECT_THAT(AuthFileErrorOf(WriteFile(dir, "big", std::string(5000, 'a'), 0600)),
               HasSubstr("longer than"));
-  EXPECT_THAT(ErrorOf(dir.path()), HasSubstr("not a regular file"));
+  EXPECT_THAT(AuthFileErrorOf(dir.path()), HasSubstr("not a regular file"));
 }
 
 TEST(BasicAuthTest, ConstantTimeEqualsComparesWholeStrings) {

@@ -48,7 +48,7 @@ std::vector<Seed> ReadCorpus(const char* target) {
 
 bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
-const std::uint8_t* Bytes(const std::string& s) {
+const std::uint8_t* DataOf(const std::string& s) {
   return reinterpret_cast<const std::uint8_t*>(s.data());
 }
 
@@ -58,7 +58,7 @@ void RunCorpus(const char* target, std::string (*entry)(const std::uint8_t*, std
   ASSERT_GE(seeds.size(), 10u) << "no corpus at " << CorpusDir(target);
   for (const Seed& seed : seeds) {
     std::string broken;
-    EXPECT_NO_THROW(broken = entry(Bytes(seed.data), seed.data.size()))
+    EXPECT_NO_THROW(broken = entry(DataOf(seed.data), seed.data.size()))
         << target << "/" << seed.name;
     EXPECT_EQ(broken, "") << target << "/" << seed.name;
   }

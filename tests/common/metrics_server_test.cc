@@ -15,7 +15,7 @@ namespace {
 using ::testing::HasSubstr;
 using std::chrono::seconds;
 
-std::string ErrorOf(const std::string& address) {
+std::string ListenErrorOf(const std::string& address) {
   try {
     CheckMetricsAddress(address);
   } catch (const std::invalid_argument& e) {
@@ -26,7 +26,7 @@ std::string ErrorOf(const std::string& address) {
 
 TEST(MetricsServerTest, AcceptsNumericAddressWithPort) {
   for (const char* a : {"0.0.0.0:9750", "127.0.0.1:0", "10.1.2.3:65535", "[::]:9750", "[::1]:0"}) {
-    EXPECT_EQ(ErrorOf(a), "") << a;
+    EXPECT_EQ(ListenErrorOf(a), "") << a;
   }
 }
 
@@ -52,7 +52,7 @@ TEST(MetricsServerTest, RefusesAHostAlonePortAloneAndOtherBadAddressesSayingWhy)
       {"", "no port"},
   };
   for (const auto& c : cases) {
-    std::string error = ErrorOf(c.address);
+    std::string error = ListenErrorOf(c.address);
     EXPECT_THAT(error, HasSubstr(c.error)) << c.address;
     EXPECT_THAT(error, HasSubstr("ADDRESS:PORT")) << c.address;
     EXPECT_THAT(error, HasSubstr("--metrics")) << c.address;

@@ -33,7 +33,7 @@ using std::chrono::seconds;
 
 // A metric's value on a Prometheus text page ("" labels: the plain series),
 // or -1 when the series is not there.
-double PageValue(const std::string& page, const std::string& series) {
+double HostilePageValue(const std::string& page, const std::string& series) {
   auto at = page.find("\n" + series + " ");
   if (at == std::string::npos) return -1;
   return std::atof(page.c_str() + at + series.size() + 2);
@@ -155,7 +155,7 @@ TEST_F(HostileFaultTest, MetricsOutageUnderLoadHoldsThePoolAndScaleDownResumesAf
     ASSERT_NE(at, std::string::npos) << log;
     own_metrics = log.substr(at + 12, log.find(';', at) - at - 12);
   }
-  auto own = [&](const std::string& series) { return PageValue(HttpGet(own_metrics), series); };
+  auto own = [&](const std::string& series) { return HostilePageValue(HttpGet(own_metrics), series); };
   const std::string errors = "fleet_autoscaler_metric_source_errors_total";
   const std::string stale_holds =
       "fleet_autoscaler_decisions_total{action=\"hold\",reason=\"stale_metrics\"}";
@@ -271,7 +271,7 @@ TEST_F(HostileFaultTest, SlowWorkersKeepTheBrokerWithinItsCapsAndEverythingAccep
   ASSERT_TRUE(WaitFor([&] {
     const std::string page = HttpGet(c_.metrics());
     if (!page.empty()) {
-      held_max = std::max(held_max, static_cast<long>(PageValue(page, "fleet_batches_held_bytes")));
+      held_max = std::max(held_max, static_cast<long>(HostilePageValue(page, "fleet_batches_held_bytes")));
       ++samples;
     }
     rss_max_kb = std::max(rss_max_kb, StatusKb(broker, "VmRSS"));
@@ -321,7 +321,7 @@ TEST_F(HostileFaultTest, SlowWorkersKeepTheBrokerWithinItsCapsAndEverythingAccep
   EXPECT_EQ(c_.StatValue("queued"), 0);
   EXPECT_EQ(c_.StatValue("inflight"), 0);
   EXPECT_TRUE(WaitFor([&] {
-    return PageValue(HttpGet(c_.metrics()), "fleet_batches_held_bytes") == 0;
+    return HostilePageValue(HttpGet(c_.metrics()), "fleet_batches_held_bytes") == 0;
   }));
 }
 

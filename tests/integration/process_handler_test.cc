@@ -22,7 +22,7 @@ namespace {
 
 using std::chrono::seconds;
 
-bool Contains(const std::string& text, const std::string& part) {
+bool HasText(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
@@ -134,7 +134,7 @@ TEST_F(ProcessHandlerTest, ThePythonExampleRunsTenThousandBatchesAndLosesNone) {
   for (const auto& r : f.results) {
     if (r.value("outcome", "") == "failed") {
       failed = true;
-      EXPECT_TRUE(Contains(r.value("error", ""), "ValueError: no such thing")) << r.dump();
+      EXPECT_TRUE(HasText(r.value("error", ""), "ValueError: no such thing")) << r.dump();
       EXPECT_EQ(r.value("attempts", 0), 1) << r.dump();
     }
   }
@@ -149,7 +149,7 @@ TEST_F(ProcessHandlerTest, ThePythonExampleRunsTenThousandBatchesAndLosesNone) {
   auto d = c_.Submit({"--count", "3000", "--size", "24", "--inflight", "500",
                       "--timeout-seconds", "120"});
   ASSERT_EQ(d.summary["ok"], "3000") << d.run.output << c_.WorkerLog("py-depth");
-  EXPECT_TRUE(Contains(c_.WorkerLog("py-depth"), "takes 8 batches at once"));
+  EXPECT_TRUE(HasText(c_.WorkerLog("py-depth"), "takes 8 batches at once"));
   deep.Signal(SIGTERM);
   EXPECT_EQ(deep.Wait(seconds(20)), std::optional<int>(0)) << c_.WorkerLog("py-depth");
   EXPECT_TRUE(WaitFor([&] {
@@ -167,7 +167,7 @@ TEST_F(ProcessHandlerTest, AHandlerKilledMidBatchCostsOneAttemptAndIsRestarted) 
   ASSERT_EQ(s.results.size(), 1u);
   EXPECT_EQ(s.results[0].value("result", ""), "again");
   EXPECT_EQ(s.results[0].value("attempts", 0), 2) << s.results[0].dump();
-  EXPECT_TRUE(Contains(c_.WorkerLog("w1"), "killed by signal 9")) << c_.WorkerLog("w1");
+  EXPECT_TRUE(HasText(c_.WorkerLog("w1"), "killed by signal 9")) << c_.WorkerLog("w1");
   EXPECT_TRUE(w.Running());
   // The restarted handler serves the next ones.
   auto again = SubmitLines({"a", "b", "c"});
@@ -195,7 +195,7 @@ TEST_F(ProcessHandlerTest, AHandlerWithADepthRunsTenThousandBatchesAndAKillCosts
     ASSERT_EQ(r.value("result", "").substr(0, 8), r.value("id", "").substr(0, 8)) << r.dump();
     ASSERT_EQ(r.value("attempts", 0), 1) << r.dump();
   }
-  EXPECT_TRUE(Contains(c_.WorkerLog("d1"), "takes 8 batches at once")) << c_.WorkerLog("d1");
+  EXPECT_TRUE(HasText(c_.WorkerLog("d1"), "takes 8 batches at once")) << c_.WorkerLog("d1");
   const std::string flag = c_.dir().File("killed-once");
   std::vector<std::string> lines = {"once:" + flag + ":kill"};
   for (int i = 0; i < 20; ++i) lines.push_back("after-" + std::to_string(i));
@@ -231,7 +231,7 @@ TEST_F(ProcessHandlerTest, ProtocolErrorsAreRetriedAndErrorAnswersAreFinal) {
     }
   }
   EXPECT_EQ(retried, 2) << s.run.output;
-  EXPECT_TRUE(Contains(c_.WorkerLog("w1"), "protocol error")) << c_.WorkerLog("w1");
+  EXPECT_TRUE(HasText(c_.WorkerLog("w1"), "protocol error")) << c_.WorkerLog("w1");
   EXPECT_TRUE(w.Running());
 }
 
@@ -247,8 +247,8 @@ TEST_F(ProcessHandlerTest, ABatchThatAlwaysKillsItsHandlerIsDeadLetteredWithTheR
   EXPECT_EQ(s.results[0].value("outcome", ""), "failed");
   EXPECT_EQ(s.results[0].value("attempts", 0), 3) << s.results[0].dump();
   const std::string error = s.results[0].value("error", "");
-  EXPECT_TRUE(Contains(error, "dead-lettered after 3 attempts")) << error;
-  EXPECT_TRUE(Contains(error, "handler exited (exit status 7)")) << error;
+  EXPECT_TRUE(HasText(error, "dead-lettered after 3 attempts")) << error;
+  EXPECT_TRUE(HasText(error, "handler exited (exit status 7)")) << error;
 }
 
 // --batch-timeout kills the handler that overran; its batch fails, the
@@ -258,7 +258,7 @@ TEST_F(ProcessHandlerTest, ABatchPastTheTimeoutFailsAndItsHandlerIsReplaced) {
   auto s = SubmitLines({"sleep:30000"});
   ASSERT_EQ(s.results.size(), 1u) << s.run.output;
   EXPECT_EQ(s.results[0].value("outcome", ""), "failed");
-  EXPECT_TRUE(Contains(s.results[0].value("error", ""), "timed out after")) << s.results[0].dump();
+  EXPECT_TRUE(HasText(s.results[0].value("error", ""), "timed out after")) << s.results[0].dump();
   auto next = SubmitLines({"pid"});
   EXPECT_EQ(next.summary["ok"], "1") << next.run.output;
   EXPECT_EQ(Handlers(), 1);
@@ -288,7 +288,7 @@ TEST_F(ProcessHandlerTest, AHandlersStderrIsLoggedWithItsSlot) {
   auto s = SubmitLines({"stderr:loading the model took 3 s"});
   EXPECT_EQ(s.summary["ok"], "1") << s.run.output;
   EXPECT_TRUE(WaitFor([&] {
-    return Contains(c_.WorkerLog("w1"), "handler slot 0: loading the model took 3 s");
+    return HasText(c_.WorkerLog("w1"), "handler slot 0: loading the model took 3 s");
   })) << c_.WorkerLog("w1");
 }
 
@@ -310,7 +310,7 @@ TEST_F(ProcessHandlerTest, SigtermDrainsTheRunningBatchThenEndsEveryHandler) {
   w.Signal(SIGTERM);
   EXPECT_EQ(w.Wait(seconds(30)), std::optional<int>(0)) << c_.WorkerLog("w1");
   EXPECT_EQ(submit.Wait(seconds(30)), std::optional<int>(0)) << submit.ReadLog();
-  EXPECT_TRUE(Contains(ReadFile(c_.dir().File("drain.jsonl")), "\"attempts\":1"))
+  EXPECT_TRUE(HasText(ReadFile(c_.dir().File("drain.jsonl")), "\"attempts\":1"))
       << ReadFile(c_.dir().File("drain.jsonl"));
   EXPECT_TRUE(WaitFor([&] { return Handlers() == 0; }, seconds(5))) << Handlers();
 }
@@ -322,7 +322,7 @@ TEST_F(ProcessHandlerTest, HandlersThatIgnoreEndOfFileAreKilledAfterTheGrace) {
   w.Signal(SIGTERM);
   EXPECT_EQ(w.Wait(seconds(30)), std::optional<int>(0)) << c_.WorkerLog("w1");
   EXPECT_EQ(Handlers(), 0);
-  EXPECT_TRUE(Contains(c_.WorkerLog("w1"), "killed")) << c_.WorkerLog("w1");
+  EXPECT_TRUE(HasText(c_.WorkerLog("w1"), "killed")) << c_.WorkerLog("w1");
 }
 
 TEST_F(ProcessHandlerTest, ARetiredWorkerEndsItsHandlers) {
@@ -350,7 +350,7 @@ TEST_F(ProcessHandlerTest, StopNowKillsBusyHandlersAndTheBrokerRequeuesTheBatch)
     return false;
   }));
   w.Signal(SIGINT);
-  ASSERT_TRUE(WaitFor([&] { return Contains(c_.WorkerLog("w1"), "draining"); }))
+  ASSERT_TRUE(WaitFor([&] { return HasText(c_.WorkerLog("w1"), "draining"); }))
       << c_.WorkerLog("w1");
   w.Signal(SIGINT);
   EXPECT_EQ(w.Wait(seconds(10)), std::optional<int>(1)) << c_.WorkerLog("w1");

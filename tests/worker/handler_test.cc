@@ -7,11 +7,11 @@
 namespace fleet::worker {
 namespace {
 
-constexpr Timeout kNoTimeout{0};
+constexpr Timeout kHandlerNoTimeout{0};
 
 TEST(EchoHandlerTest, ReturnsThePayload) {
   EchoHandler h;
-  HandlerOutput out = h.Run(std::string("hello\0world", 11), kNoTimeout);
+  HandlerOutput out = h.Run(std::string("hello\0world", 11), kHandlerNoTimeout);
   EXPECT_TRUE(out.ok);
   EXPECT_EQ(out.result, std::string("hello\0world", 11));
   EXPECT_EQ(out.error, "");
@@ -19,7 +19,7 @@ TEST(EchoHandlerTest, ReturnsThePayload) {
 
 TEST(Sha256HandlerTest, ReturnsLowercaseHexDigest) {
   Sha256Handler h;
-  HandlerOutput out = h.Run("abc", kNoTimeout);
+  HandlerOutput out = h.Run("abc", kHandlerNoTimeout);
   EXPECT_TRUE(out.ok);
   EXPECT_EQ(out.result, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
@@ -30,20 +30,20 @@ TEST(Sha256HandlerTest, DigestsEmptyPayload) {
 
 TEST(SleepHandlerTest, SleepsAndReturnsEmpty) {
   SleepHandler h;
-  HandlerOutput out = h.Run("1", kNoTimeout);
+  HandlerOutput out = h.Run("1", kHandlerNoTimeout);
   EXPECT_TRUE(out.ok) << out.error;
   EXPECT_EQ(out.result, "");
 }
 
 TEST(SleepHandlerTest, AcceptsSurroundingWhitespace) {
   SleepHandler h;
-  EXPECT_TRUE(h.Run(" 0\n", kNoTimeout).ok);
+  EXPECT_TRUE(h.Run(" 0\n", kHandlerNoTimeout).ok);
 }
 
 TEST(SleepHandlerTest, FailsOnBadPayload) {
   SleepHandler h;
   for (const char* bad : {"", "abc", "-5", "1.5", "12ms", "99999999999999999999999"}) {
-    HandlerOutput out = h.Run(bad, kNoTimeout);
+    HandlerOutput out = h.Run(bad, kHandlerNoTimeout);
     EXPECT_FALSE(out.ok) << "payload '" << bad << "'";
     EXPECT_NE(out.error.find("milliseconds"), std::string::npos) << out.error;
   }

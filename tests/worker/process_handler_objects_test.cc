@@ -28,7 +28,7 @@ using std::chrono::seconds;
 constexpr auto kOk = static_cast<std::uint32_t>(proto::ObjectStatus::kOk);
 constexpr auto kUnavailable = static_cast<std::uint32_t>(proto::ObjectStatus::kUnavailable);
 
-std::unique_ptr<ProcessHandler> Make(int slots, bool objects = true) {
+std::unique_ptr<ProcessHandler> MakeObjectsHandler(int slots, bool objects = true) {
   ProcessHandler::Options o;
   o.command = Bin("fleet-test-handler");
   o.slots = slots;
@@ -43,8 +43,8 @@ std::unique_ptr<ProcessHandler> Make(int slots, bool objects = true) {
 // The loop and the broker: runs `tasks`, answering every get from
 // `objects` (by digest) unless `hold` is set, in which case the gets are
 // kept in `held` unanswered. `gets` records every request relayed.
-struct Loop {
-  explicit Loop(ProcessHandler& handler) : h(handler) {}
+struct ObjectsLoop {
+  explicit ObjectsLoop(ProcessHandler& handler) : h(handler) {}
   ProcessHandler& h;
   std::map<std::string, std::string> objects;
   bool hold = false;
@@ -82,16 +82,16 @@ struct Loop {
   std::vector<ProcessHandler::ObjectGetOut> taken_;
 };
 
-Task MakeTask(const std::string& id, const std::string& payload) {
+Task MakeObjectTask(const std::string& id, const std::string& payload) {
   return Task{id, "default", 1, payload};
 }
 
 TEST(ProcessHandlerObjectsTest, TheFeatureIsInTheEnvironmentOnlyWhenObjectsAreOn) {
   for (const bool on : {true, false}) {
-    auto h = Make(1, on);
+    auto h = MakeObjectsHandler(1, on);
     ASSERT_TRUE(WaitFor([&] { return h->ready_slots() == 1; }, seconds(20)));
-    Loop loop{*h};
-    auto got = loop.Run({MakeTask("f", "features")}, 1);
+    ObjectsLoop loop{*h};
+    auto got = loop.Run({MakeObjectTask("f", "features")}, 1);
     ASSERT_EQ(got.size(), 1u);
     ASSERT_TRUE(got.at("f").ok()) << got.at("f").error();
     EXPECT_EQ(got.at("f").result(), on ? "objects" : "-");
@@ -99,13 +99,13 @@ TEST(ProcessHandlerObjectsTest, TheFeatureIsInTheEnvironmentOnlyWhenObjectsAreOn
 }
 
 TEST(ProcessHandlerObjectsTest, AHandlerReadsAnObjectInChunksOnBehalfOfItsBatch) {
-  auto h = Make(2);
+  auto h = MakeObjectsHandler(2);
   ASSERT_TRUE(WaitFor([&] { return h->ready_slots() == 2; }, seconds(20)));
   std::string object;
   for (int i = 0; i < 100000; ++i) object.push_back(static_cast<char>('a' + i % 26));
-  Loop loop{*h};
+  ObjectsLoop loop{*h};
   loop.objects["\xab\xcd"] = object;
-  auto got = loop.Run({MakeTask("b-1", "fetch:abcd:30000"), MakeTask("b-2", "fetch:abcd:1000000")},
+  auto got = loop.Run({MakeObjectTask("b-1", "fetch:abcd:30000"), MakeObjectTask("b-2", "fetch:abcd:1000000")},
                       2);
   ASSERT_EQ(got.size(), 2u);
   for (const char* id : {"b-1", "b-2"}) {
@@ -127,11 +127,11 @@ TEST(ProcessHandlerObjectsTest, AHandlerReadsAnObjectInChunksOnBehalfOfItsBatch)
 }
 
 TEST(ProcessHandlerObjectsTest, AChunkLargerThanTheLimitIsShortenedAndAskedAgain) {
-  auto h = Make(1);
+  auto h = MakeObjectsHandler(1);
   ASSERT_TRUE(WaitFor([&] { return h->ready_slots() == 1; }, seconds(20)));
-  Loop loop{*h};
+  ObjectsLoop loop{*h};
   loop.objects["\x01"] = std::string(ProcessHandler::kMaxObjectChunk + 10, 'z');
-  auto got = loop.Run({MakeTask("big", "fetch:01:100000000")}, 1);
+  auto got = loop.Run({MakeObjectTask("big", "fetch:01:100000000")}, 1);
   ASSERT_TRUE(got.at("big").ok()) << got.at("big").error();
   EXPECT_EQ(got.at("big").result().size(), ProcessHandler::kMaxObjectChunk + 10);
   ASSERT_EQ(loop.gets.size(), 2u);
@@ -140,12 +140,12 @@ TEST(ProcessHandlerObjectsTest, AChunkLargerThanTheLimitIsShortenedAndAskedAgain
 }
 
 TEST(ProcessHandlerObjectsTest, BadAndExcessGetsAreAnsweredAtOnceWithoutReachingTheWorker) {
-  auto h = Make(1);
+  auto h = MakeObjectsHandler(1);
   ASSERT_TRUE(WaitFor([&] { return h->ready_slots() == 1; }, seconds(20)));
-  Loop loop{*h};
+  ObjectsLoop loop{*h};
   loop.objects["\x07"] = "x";
   // 17 at once: 16 relayed and answered, the 17th busy.
-  auto got = loop.Run({MakeTask("many", "gets:17:07"), MakeTask("bad", "badget")}, 2);
+  auto got = loop.Run({MakeObjectTask("many", "gets:17:07"), MakeObjectTask("bad", "badget")}, 2);
   ASSERT_TRUE(got.at("many").ok()) << got.at("many").error();
   EXPECT_EQ(got.at("many").result(), "0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,4");
   ASSERT_TRUE(got.at("bad").ok()) << got.at("bad").error();
@@ -158,12 +158,12 @@ TEST(ProcessHandlerObjectsTest, BadAndExcessGetsAreAnsweredAtOnceWithoutReaching
 }
 
 TEST(ProcessHandlerObjectsTest, GetsOutWhenTheConnectionIsReplacedAreAnsweredUnavailable) {
-  auto h = Make(1);
+  auto h = MakeObjectsHandler(1);
   ASSERT_TRUE(WaitFor([&] { return h->ready_slots() == 1; }, seconds(20)));
-  Loop loop{*h};
+  ObjectsLoop loop{*h};
   loop.hold = true;
   std::vector<Completion> done;
-  std::vector<Task> tasks{MakeTask("f", "fetch:0a0b:10")};
+  std::vector<Task> tasks{MakeObjectTask("f", "fetch:0a0b:10")};
   h->Submit(tasks, {}, &done);
   // Wait for its get, then answer it as the worker does on a reconnect.
   std::vector<ProcessHandler::ObjectGetOut> taken;
@@ -193,11 +193,11 @@ TEST(ProcessHandlerObjectsTest, GetsOutWhenTheConnectionIsReplacedAreAnsweredUna
 }
 
 TEST(ProcessHandlerObjectsTest, AHandlerKilledDuringAFetchIsRestartedAndGetsNoStaleAnswer) {
-  auto h = Make(1);
+  auto h = MakeObjectsHandler(1);
   ASSERT_TRUE(WaitFor([&] { return h->ready_slots() == 1; }, seconds(20)));
-  Loop loop{*h};
+  ObjectsLoop loop{*h};
   loop.hold = true;
-  auto got = loop.Run({MakeTask("k", "getkill:0c")}, 1);
+  auto got = loop.Run({MakeObjectTask("k", "getkill:0c")}, 1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_TRUE(got.at("k").retry());
   ASSERT_EQ(loop.held.size(), 1u);
@@ -208,17 +208,17 @@ TEST(ProcessHandlerObjectsTest, AHandlerKilledDuringAFetchIsRestartedAndGetsNoSt
             ProcessHandler::Delivery::kStale);
   loop.hold = false;
   loop.objects["\x0c"] = "fresh";
-  auto next = loop.Run({MakeTask("n", "fetch:0c:3")}, 1);
+  auto next = loop.Run({MakeObjectTask("n", "fetch:0c:3")}, 1);
   ASSERT_TRUE(next.at("n").ok()) << next.at("n").error();
   EXPECT_EQ(next.at("n").result(), "fresh");
   EXPECT_EQ(h->starts(), 2);
 }
 
 TEST(ProcessHandlerObjectsTest, AGetAfterTheLastAnswerRestartsTheHandlerButKeepsTheAnswer) {
-  auto h = Make(1);
+  auto h = MakeObjectsHandler(1);
   ASSERT_TRUE(WaitFor([&] { return h->ready_slots() == 1; }, seconds(20)));
-  Loop loop{*h};
-  auto got = loop.Run({MakeTask("l", "lateget")}, 1);
+  ObjectsLoop loop{*h};
+  auto got = loop.Run({MakeObjectTask("l", "lateget")}, 1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_TRUE(got.at("l").ok()) << got.at("l").error();
   EXPECT_TRUE(loop.gets.empty());  // not relayed: it held no batch
@@ -226,10 +226,10 @@ TEST(ProcessHandlerObjectsTest, AGetAfterTheLastAnswerRestartsTheHandlerButKeeps
 }
 
 TEST(ProcessHandlerObjectsTest, AGetToAWorkerWithoutObjectsIsAProtocolError) {
-  auto h = Make(1, /*objects=*/false);
+  auto h = MakeObjectsHandler(1, /*objects=*/false);
   ASSERT_TRUE(WaitFor([&] { return h->ready_slots() == 1; }, seconds(20)));
-  Loop loop{*h};
-  auto got = loop.Run({MakeTask("g", "fetch:01:10")}, 1);
+  ObjectsLoop loop{*h};
+  auto got = loop.Run({MakeObjectTask("g", "fetch:01:10")}, 1);
   ASSERT_EQ(got.size(), 1u);
   EXPECT_TRUE(got.at("g").retry());
   EXPECT_EQ(std::string(got.at("g").error()).rfind("protocol error: get", 0), 0u)
@@ -238,7 +238,7 @@ TEST(ProcessHandlerObjectsTest, AGetToAWorkerWithoutObjectsIsAProtocolError) {
 }
 
 TEST(ProcessHandlerObjectsTest, RunBatchRefusesGetsWithBadRequest) {
-  auto h = Make(1);
+  auto h = MakeObjectsHandler(1);
   ASSERT_TRUE(WaitFor([&] { return h->ready_slots() == 1; }, seconds(20)));
   const HandlerOutput out = h->RunBatch(BatchInfo{"r", "default", 1}, "fetch:01:10", Timeout(0));
   EXPECT_FALSE(out.ok);

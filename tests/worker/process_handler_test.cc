@@ -133,7 +133,7 @@ TEST(HandlerFramesTest, RefusesWhatIsNotAHandlerMessageWithAReason) {
 
 // ---- the handler ----
 
-std::unique_ptr<ProcessHandler> Make(int slots, const std::string& args = "",
+std::unique_ptr<ProcessHandler> MakeHandler(int slots, const std::string& args = "",
                                      double grace = 2.0,
                                      milliseconds ready_wait = milliseconds(30000)) {
   ProcessHandler::Options o;
@@ -165,7 +165,7 @@ int CountMarked(const std::string& marker) {
 }
 
 TEST(ProcessHandlerTest, OneProcessPerSlotAnswersWithTheSlotAndWorkerInItsEnvironment) {
-  auto h = Make(2);
+  auto h = MakeHandler(2);
   ASSERT_TRUE(AllReady(*h, 2));
   HandlerOutput echo = RunOne(*h, "b-1", "hello");
   ASSERT_TRUE(echo.ok) << echo.error;
@@ -183,7 +183,7 @@ TEST(ProcessHandlerTest, OneProcessPerSlotAnswersWithTheSlotAndWorkerInItsEnviro
 }
 
 TEST(ProcessHandlerTest, AHandlerKilledMidBatchGivesItBackForARetryAndIsRestarted) {
-  auto h = Make(1);
+  auto h = MakeHandler(1);
   ASSERT_TRUE(AllReady(*h, 1));
   HandlerOutput killed = RunOne(*h, "b-1", "kill");
   EXPECT_FALSE(killed.ok);
@@ -202,7 +202,7 @@ TEST(ProcessHandlerTest, AHandlerKilledMidBatchGivesItBackForARetryAndIsRestarte
 }
 
 TEST(ProcessHandlerTest, GarbageOrAnAnswerForAnotherBatchIsAProtocolErrorAndARestart) {
-  auto h = Make(1);
+  auto h = MakeHandler(1);
   ASSERT_TRUE(AllReady(*h, 1));
   HandlerOutput garbage = RunOne(*h, "b-1", "garbage");
   EXPECT_FALSE(garbage.ok);
@@ -218,7 +218,7 @@ TEST(ProcessHandlerTest, GarbageOrAnAnswerForAnotherBatchIsAProtocolErrorAndARes
 }
 
 TEST(ProcessHandlerTest, ABatchPastItsTimeoutFailsAndTheHandlerIsKilledAndRestarted) {
-  auto h = Make(1);
+  auto h = MakeHandler(1);
   ASSERT_TRUE(AllReady(*h, 1));
   HandlerOutput pid = RunOne(*h, "b-0", "pid");
   ASSERT_TRUE(pid.ok);
@@ -238,7 +238,7 @@ TEST(ProcessHandlerTest, ABatchPastItsTimeoutFailsAndTheHandlerIsKilledAndRestar
 TEST(ProcessHandlerTest, NoSlotIsReadyUntilItsHandlerSaysSo) {
   TempDir dir;
   const std::string go = dir.File("go");
-  auto h = Make(2, "--ready-when " + go);
+  auto h = MakeHandler(2, "--ready-when " + go);
   // The handlers wait for the file, so nothing can be ready yet.
   EXPECT_EQ(h->ready_slots(), 0);
   EXPECT_TRUE(WaitFor([&] { return h->starts() == 2; }, seconds(10)));
@@ -249,13 +249,13 @@ TEST(ProcessHandlerTest, NoSlotIsReadyUntilItsHandlerSaysSo) {
 }
 
 TEST(ProcessHandlerTest, AHandlerThatExitsBeforeReadyIsRestartedWithBackoff) {
-  auto h = Make(1, "--exit-before-ready 3");
+  auto h = MakeHandler(1, "--exit-before-ready 3");
   EXPECT_TRUE(WaitFor([&] { return h->starts() >= 3; }, seconds(20)));
   EXPECT_EQ(h->ready_slots(), 0);
 }
 
 TEST(ProcessHandlerTest, AnIdleHandlerThatDiesCostsNoBatch) {
-  auto h = Make(1);
+  auto h = MakeHandler(1);
   ASSERT_TRUE(AllReady(*h, 1));
   HandlerOutput pid = RunOne(*h, "b-1", "pid");
   ASSERT_TRUE(pid.ok);
@@ -270,14 +270,14 @@ TEST(ProcessHandlerTest, ClosingEndsEveryHandlerAndKillsThoseThatIgnoreIt) {
   const std::string marker = "phtest-" + std::to_string(::getpid());
   std::vector<pid_t> pids;
   {
-    auto polite = Make(2, "--marker " + marker + "-polite");
+    auto polite = MakeHandler(2, "--marker " + marker + "-polite");
     ASSERT_TRUE(AllReady(*polite, 2));
     EXPECT_GE(CountMarked(marker + "-polite"), 2);
   }
   // Its stdin closed, each exited, and was reaped: none is left.
   EXPECT_EQ(CountMarked(marker + "-polite"), 0);
   {
-    auto stubborn = Make(2, "--ignore-eof --marker " + marker + "-stubborn", /*grace=*/0.3);
+    auto stubborn = MakeHandler(2, "--ignore-eof --marker " + marker + "-stubborn", /*grace=*/0.3);
     ASSERT_TRUE(AllReady(*stubborn, 2));
     for (const char* id : {"a", "b"}) {
       HandlerOutput p = RunOne(*stubborn, id, "pid");
@@ -293,7 +293,7 @@ TEST(ProcessHandlerTest, ClosingEndsEveryHandlerAndKillsThoseThatIgnoreIt) {
 
 TEST(ProcessHandlerTest, AbortKillsEveryHandlerAtOnce) {
   const std::string marker = "phabort-" + std::to_string(::getpid());
-  auto h = Make(2, "--ignore-eof --marker " + marker, /*grace=*/30);
+  auto h = MakeHandler(2, "--ignore-eof --marker " + marker, /*grace=*/30);
   ASSERT_TRUE(AllReady(*h, 2));
   h->Abort();
   EXPECT_TRUE(WaitFor([&] { return CountMarked(marker) == 0; }, seconds(10)));
@@ -308,7 +308,7 @@ Task MakeTask(const std::string& id, const std::string& payload) {
 
 TEST(ProcessHandlerLoopTest, QueuedBatchesRunOnEveryProcessAndAKilledOneIsGivenBack) {
   TempDir dir;
-  auto h = Make(3);
+  auto h = MakeHandler(3);
   ASSERT_TRUE(AllReady(*h, 3));
   std::vector<Task> tasks;
   for (int i = 0; i < 30; ++i) tasks.push_back(MakeTask("b-" + std::to_string(i), "x" + std::to_string(i)));
@@ -338,7 +338,7 @@ TEST(ProcessHandlerLoopTest, QueuedBatchesRunOnEveryProcessAndAKilledOneIsGivenB
 }
 
 TEST(ProcessHandlerLoopTest, ATimeoutFailsTheBatchAndErrorsAndGarbageAreReported) {
-  auto h = Make(2);
+  auto h = MakeHandler(2);
   ASSERT_TRUE(AllReady(*h, 2));
   ProcessHandler::Limits limits;
   limits.timeout = Timeout(0.2);
@@ -371,7 +371,7 @@ TEST(ProcessHandlerLoopTest, ATimeoutFailsTheBatchAndErrorsAndGarbageAreReported
 TEST(ProcessHandlerLoopTest, AHandlerWithADepthHoldsThatManyBatchesAndAnswersThemAll) {
   for (const int depth : {1, 8}) {
     SCOPED_TRACE("depth " + std::to_string(depth));
-    auto h = Make(1, "--depth " + std::to_string(depth));
+    auto h = MakeHandler(1, "--depth " + std::to_string(depth));
     ASSERT_TRUE(AllReady(*h, 1));
     std::vector<Task> tasks{MakeTask("first", "sleep:300")};
     for (int i = 0; i < 39; ++i) tasks.push_back(MakeTask("b-" + std::to_string(i), "x" + std::to_string(i)));
@@ -399,7 +399,7 @@ TEST(ProcessHandlerLoopTest, AHandlerWithADepthHoldsThatManyBatchesAndAnswersThe
 // others run on the restarted process, as first tries.
 TEST(ProcessHandlerLoopTest, WithADepthOnlyTheRunningBatchPaysForAFailure) {
   TempDir dir;
-  auto h = Make(1, "--depth 8");
+  auto h = MakeHandler(1, "--depth 8");
   ASSERT_TRUE(AllReady(*h, 1));
   ProcessHandler::Limits limits;
   limits.timeout = Timeout(0.5);
@@ -445,7 +445,7 @@ TEST(ProcessHandlerLoopTest, WithADepthOnlyTheRunningBatchPaysForAFailure) {
 }
 
 TEST(ProcessHandlerLoopTest, BatchesAreGivenBackWhenNoProcessIsReadyForTheReadyWait) {
-  auto h = Make(1, "--exit-before-ready 3", 2.0, milliseconds(300));
+  auto h = MakeHandler(1, "--exit-before-ready 3", 2.0, milliseconds(300));
   std::vector<Task> tasks{MakeTask("a", "x"), MakeTask("b", "y")};
   auto got = DriveLoop(*h, std::move(tasks), 2);
   ASSERT_EQ(got.size(), 2u);
@@ -458,7 +458,7 @@ TEST(ProcessHandlerLoopTest, BatchesAreGivenBackWhenNoProcessIsReadyForTheReadyW
 
 TEST(ProcessHandlerLoopTest, DestroyedWithABatchRunningItKillsThatProcessAndReturns) {
   const std::string marker = "phbusy-" + std::to_string(::getpid());
-  auto h = Make(1, "--marker " + marker, /*grace=*/30);
+  auto h = MakeHandler(1, "--marker " + marker, /*grace=*/30);
   ASSERT_TRUE(AllReady(*h, 1));
   std::vector<Task> tasks{MakeTask("long", "sleep:60000")};
   std::vector<Completion> done;

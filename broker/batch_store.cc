@@ -86,6 +86,7 @@ BatchSeq BatchStore::Add(std::string_view id, std::uint32_t hash, std::string_vi
   b.owner = owners_.Acquire(owner);
   b.worker = Name();
   b.attempts = 0;
+  b.attempts_due = false;
   b.state = pending ? BatchState::kPending : BatchState::kQueued;
   b.enqueued_at = now;
   b.dispatched_at = TimePoint();

@@ -537,6 +537,27 @@ void BrokerCore::JournalDispatched(const Batch& b, Journal& journal) const {
                  /*must_sync=*/false);
 }
 
+void BrokerCore::NoteAttempts(Batch& b, BatchSeq seq) {
+  if (!off_loop_) {
+    JournalDispatched(b, *journal_);
+    return;
+  }
+  if (b.attempts_due) return;
+  b.attempts_due = true;
+  attempts_due_.push_back(seq);
+}
+
+void BrokerCore::AppendDueRecords() {
+  for (BatchSeq seq : attempts_due_) {
+    // A batch finished since has no record to write (Get: not held).
+    if (Batch* b = batches_.Get(seq)) {
+      b->attempts_due = false;
+      JournalDispatched(*b, *journal_);
+    }
+  }
+  attempts_due_.clear();
+}
+
 void BrokerCore::JournalFinished(const Batch& b) {
   if (journal_ == nullptr) return;
   // Not synced on its own: lost in a crash, the batch only runs again.
@@ -756,7 +777,7 @@ void BrokerCore::Unreachable(Worker& w, std::size_t sent, std::string_view why,
   for (std::size_t k = sent; k < w.outgoing.size(); ++k) {
     if (Batch* b = batches_.Get(w.outgoing[k])) {
       if (b->attempts > 0) --b->attempts;
-      if (journal_ != nullptr) JournalDispatched(*b, *journal_);
+      if (journal_ != nullptr) NoteAttempts(*b, w.outgoing[k]);
     }
   }
   w.outgoing.clear();

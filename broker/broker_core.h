@@ -139,6 +139,10 @@ class BrokerCore {
   // Off-loop commit: a journal write holding every record appended so far
   // has started; the batches accepted since the last one are in it.
   void SealCommit();
+  // Off-loop commit: appends the dispatched records that wait for the next
+  // write (NoteAttempts); the loop calls it just before StartWrite.
+  void AppendDueRecords();
+  bool has_due_records() const { return !attempts_due_.empty(); }
   // Off-loop commit: what Journal::StartWrite answered. kStarted seals the
   // write's batches; kRefused refuses them at once (disk_full).
   void AfterStartWrite(Journal::StartResult result, TimePoint now);
@@ -248,6 +252,9 @@ class BrokerCore {
   // Appends the batch's finished record and releases its accepted one.
   void JournalFinished(const Batch& b);
   void JournalDispatched(const Batch& b, Journal& journal) const;
+  // The batch's attempt count changed: its dispatched record is appended
+  // now, or off the loop with the next write (AppendDueRecords).
+  void NoteAttempts(Batch& b, BatchSeq seq);
   static std::uint64_t JournalBytes(const Batch& b);
   // Takes back a batch whose accepted record did not reach the disk.
   void TakeBack(BatchSeq seq, TimePoint now);
@@ -277,6 +284,13 @@ class BrokerCore {
   std::vector<HeldAck> open_acks_;
   std::vector<BatchSeq> sealed_;  // the batches of the write that is out
   std::vector<HeldAck> sealed_acks_;
+  // Off-loop commit: batches whose dispatched record waits for the next
+  // write. It is appended then, with the count the batch has then, and only
+  // if the batch is still held: most finish before the next write starts,
+  // and a finished record makes their dispatched one useless. The record is
+  // never synced on its own, so the next write is when it would have gone
+  // to disk anyway.
+  std::vector<BatchSeq> attempts_due_;
   std::uint64_t bad_input_logged_ = 0;
 };
 

@@ -331,6 +331,9 @@ void BrokerServer::Run(const std::function<bool()>& stop, const std::function<bo
       next_tick = now + tick;
     }
   }
+  // The journal writes what it buffers when it closes; the dispatched
+  // records still waiting for a write go with it.
+  if (journal_ != nullptr) core_.AppendDueRecords();
 }
 
 int BrokerServer::Drain(Socket which, TimePoint now) {
@@ -388,12 +391,13 @@ void BrokerServer::StartJournalWrite(TimePoint now) {
   // under load each then carries more batches (a sync costs mostly per
   // sync, not per byte), and a batch after a quiet spell is written at once.
   journal_due_ = TimePoint::max();  // the writer's eventfd wakes the loop meanwhile
-  if (journal_->writing() || !journal_->pending()) return;
+  if (journal_->writing() || (!journal_->pending() && !core_.has_due_records())) return;
   const bool sync = journal_->has_sync_records();
   if (const TimePoint due = pacer_.Due(sync); now < due) {
     journal_due_ = due;
     return;
   }
+  core_.AppendDueRecords();
   const Journal::StartResult started = journal_->StartWrite();
   if (started == Journal::StartResult::kStarted) pacer_.Started(now, sync);
   core_.AfterStartWrite(started, now);

@@ -33,7 +33,7 @@ void BrokerCore::Assign(Worker& w, BatchSeq seq, TimePoint now) {
   if (w.retiring) ++counters_.dispatched_to_retiring;  // never: retiring workers are unlisted
   wait_seconds_.Observe(SecondsBetween(b->enqueued_at, now));
   ++b->attempts;
-  if (journal_ != nullptr) JournalDispatched(*b, *journal_);
+  if (journal_ != nullptr) NoteAttempts(*b, seq);
   batches_.SetWorker(seq, w.id);
   b->dispatched_at = now;
   b->held_index = static_cast<std::uint32_t>(w.held.size());

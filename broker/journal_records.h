@@ -11,7 +11,11 @@
 //                    the batch's attempt count after a dispatch (or after
 //                    an attempt was given back: a dispatch that never
 //                    left), so a restart does not give it a fresh set of
-//                    attempts; on replay the last one wins
+//                    attempts; on replay the last one wins. Not synced on
+//                    its own: the broker appends it when the next write
+//                    starts, with the count the batch has then, and not at
+//                    all for a batch that finished before (its finished
+//                    record says more)
 //
 // Integers are little-endian. A queue of "" means "default". Pure functions;
 // thread-safe.

@@ -877,7 +877,10 @@ class BrokerCoreJournalTest : public BrokerCoreTest {
   }
   // A new core replays the journal, as a broker start does.
   void Restart() {
-    if (journal_) journal_->Commit();
+    if (journal_) {
+      core_->AppendDueRecords();  // as the server does when it stops
+      journal_->Commit();
+    }
     journal_.reset();
     Reset(o_);
     jo_.record_key = records::BatchId;
@@ -1045,6 +1048,7 @@ class BrokerCoreOffLoopJournalTest : public BrokerCoreJournalTest {
   BrokerCoreOffLoopJournalTest() { core_->SetJournal(journal_.get(), /*off_loop=*/true); }
   // The server's Flush: starts the next write (and seals its batches).
   bool StartWrite() {
+    core_->AppendDueRecords();
     const Journal::StartResult r = journal_->StartWrite();
     core_->AfterStartWrite(r, clock_.Now());
     return r == Journal::StartResult::kStarted;
@@ -1123,6 +1127,59 @@ TEST_F(BrokerCoreOffLoopJournalTest, ResultForABatchNotOnDiskYetIsIgnored) {
   EXPECT_EQ(FinishWrite(), Journal::CommitResult::kWritten);
   EXPECT_EQ(PumpAndFlush()["w1"], std::vector<std::string>{"a"});
   EXPECT_TRUE(results_["P"].empty());
+}
+
+// Off the loop, a dispatch's record waits for the next write and carries
+// the count the batch has then: one record however often the count changed,
+// none for a batch that finished first.
+TEST_F(BrokerCoreOffLoopJournalTest, DispatchedRecordGoesWithTheNextWriteOnlyForHeldBatches) {
+  Hello("I-w1", "w1", 2);
+  Submit("P", {"a", "b"});
+  ASSERT_TRUE(StartWrite());
+  EXPECT_EQ(FinishWrite(), Journal::CommitResult::kWritten);
+  EXPECT_FALSE(core_->has_due_records());
+  EXPECT_EQ(PumpAndFlush()["w1"], (std::vector<std::string>{"a", "b"}));
+  ASSERT_EQ(Attempts("a"), 1u);
+  EXPECT_TRUE(core_->has_due_records());
+  const std::uint64_t appended = journal_->stats().records_appended;
+  EXPECT_EQ(appended, 2u) << "the accepted records only: the dispatches wait";
+  Done("I-w1", "b");  // b finishes before the next write: no dispatched record
+  PumpAndFlush();
+  EXPECT_EQ(journal_->stats().records_appended, appended + 1) << "b's finished record";
+  ASSERT_TRUE(StartWrite());
+  EXPECT_EQ(FinishWrite(), Journal::CommitResult::kWritten);
+  EXPECT_EQ(journal_->stats().records_appended, appended + 2) << "a's dispatched record";
+  EXPECT_FALSE(core_->has_due_records());
+  // Requeued, then dispatched again and given back (a send that failed)
+  // before the next write: one record, with the count it ends with.
+  clock_.Advance(std::chrono::seconds(4));
+  core_->Tick(clock_.Now());  // w1 missed its heartbeats: a is requeued
+  Hello("I-w2", "w2", 1);
+  core_->Pump(clock_.Now());
+  ASSERT_EQ(Attempts("a"), 2u);
+  core_->OnDispatchFailed("w2", 0, clock_.Now());
+  ASSERT_EQ(Attempts("a"), 1u);
+  PumpAndFlush();
+  const std::uint64_t before = journal_->stats().records_appended;
+  ASSERT_TRUE(StartWrite());
+  EXPECT_EQ(FinishWrite(), Journal::CommitResult::kWritten);
+  EXPECT_EQ(journal_->stats().records_appended, before + 1);
+  // A restart finds a with the count of its last record and b finished.
+  Restart();
+  EXPECT_EQ(Attempts("a"), 1u);
+  EXPECT_FALSE(core_->batches().FindId("b").has_value());
+}
+
+// A broker that stops writes the records still waiting for a write.
+TEST_F(BrokerCoreOffLoopJournalTest, DispatchedRecordsWaitingWhenTheBrokerStopsAreWritten) {
+  Hello("I-w1", "w1", 1);
+  Submit("P", {"a"});
+  ASSERT_TRUE(StartWrite());
+  EXPECT_EQ(FinishWrite(), Journal::CommitResult::kWritten);
+  EXPECT_EQ(PumpAndFlush()["w1"], std::vector<std::string>{"a"});
+  ASSERT_TRUE(core_->has_due_records());
+  Restart();
+  EXPECT_EQ(Attempts("a"), 1u);
 }
 
 TEST_F(BrokerCoreJournalTest, RestartOnAFullDiskServesTheBatchesItHolds) {

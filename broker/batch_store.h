@@ -46,8 +46,9 @@ struct Batch {
   // broker core, so a result finds and releases it without a search.
   std::uint32_t held_index = 0;
   BatchState state = BatchState::kQueued;
-  // Durable mode: its attempt count changed since the last journal write
-  // began, and its dispatched record waits for the next (BrokerCore).
+  // Durable mode, writing off the loop: its attempt count changed since the
+  // last journal write began, and its dispatched record waits for the next
+  // (BrokerCore).
   bool attempts_due = false;
   // IdIndex::HashOf(id), set by Add: the broker passes it on to the result
   // store, and Erase takes the batch out of the index without hashing or

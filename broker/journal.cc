@@ -27,7 +27,9 @@ constexpr std::size_t kCopyChunk = 1u << 20;
 // Housekeeping ticks to wait after a compaction failed before the next.
 constexpr int kCompactionBackoffTicks = 20;
 // Room kept on the disk for the records of finishing batches (finished,
-// dispatched): new batches are refused before it is used.
+// dispatched, also the dispatched ones a broker writing off its loop
+// appends only when its next write starts): new batches are refused before
+// it is used.
 constexpr std::uint64_t kReserveBytes = 64u << 10;
 
 std::array<std::uint32_t, 256> MakeCrcTable() {
@@ -83,7 +85,7 @@ void EncodeRecord(std::string& out, std::uint8_t type, const std::string_view* p
                   std::size_t n) {
   std::size_t size = 0;
   for (std::size_t i = 0; i < n; ++i) size += parts[i].size();
-  char head[Journal::kRecordHeader];
+  char head[Journal::kRecordHeader] = {};  // its CRC is filled in once in `out`
   StoreLe32(head, static_cast<std::uint32_t>(size));
   const std::uint32_t length_crc = Crc32c(std::string_view(head, 4));
   StoreLe32(head + 4, length_crc ^ kLengthMask);

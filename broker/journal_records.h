@@ -12,10 +12,10 @@
 //                    an attempt was given back: a dispatch that never
 //                    left), so a restart does not give it a fresh set of
 //                    attempts; on replay the last one wins. Not synced on
-//                    its own: the broker appends it when the next write
-//                    starts, with the count the batch has then, and not at
-//                    all for a batch that finished before (its finished
-//                    record says more)
+//                    its own. A broker writing off its loop (as it runs)
+//                    appends it when its next write starts, with the count
+//                    the batch has then, and not at all for a batch that
+//                    finished before (its finished record says more)
 //
 // Integers are little-endian. A queue of "" means "default". Pure functions;
 // thread-safe.

@@ -875,12 +875,21 @@ class BrokerCoreJournalTest : public BrokerCoreTest {
     o_.max_attempts = 3;
     Restart();
   }
-  // A new core replays the journal, as a broker start does.
-  void Restart() {
-    if (journal_) {
-      core_->AppendDueRecords();  // as the server does when it stops
+  // A new core replays the journal, as a broker start does. `clean`: the
+  // last one stopped as the server does (BrokerServer::Run appends the
+  // records waiting for a write, then the journal writes what it buffers
+  // as it closes); otherwise it crashed after its last write.
+  void Restart(bool clean = true) {
+    std::optional<std::uint64_t> free;
+    if (journal_ && clean) {
+      core_->AppendDueRecords();
       journal_->Commit();
+    } else if (journal_) {
+      free = io_.free();
+      io_.SetFree(0);  // the journal cannot write what it buffers as it closes
     }
+    journal_.reset();
+    if (!clean) io_.SetFree(free);
     journal_.reset();
     Reset(o_);
     jo_.record_key = records::BatchId;
@@ -1170,13 +1179,22 @@ TEST_F(BrokerCoreOffLoopJournalTest, DispatchedRecordGoesWithTheNextWriteOnlyFor
   EXPECT_FALSE(core_->batches().FindId("b").has_value());
 }
 
-// A broker that stops writes the records still waiting for a write.
-TEST_F(BrokerCoreOffLoopJournalTest, DispatchedRecordsWaitingWhenTheBrokerStopsAreWritten) {
+// A broker that stops appends the dispatched records still waiting for a
+// write (the end of BrokerServer::Run), and its journal writes them as it
+// closes; one that crashes loses them, which only leaves the count lower.
+TEST_F(BrokerCoreOffLoopJournalTest, DispatchedRecordsWaitingAtAStopAreWrittenAndLostInACrash) {
   Hello("I-w1", "w1", 1);
   Submit("P", {"a"});
   ASSERT_TRUE(StartWrite());
   EXPECT_EQ(FinishWrite(), Journal::CommitResult::kWritten);
   EXPECT_EQ(PumpAndFlush()["w1"], std::vector<std::string>{"a"});
+  ASSERT_TRUE(core_->has_due_records());
+  Restart(/*clean=*/false);
+  EXPECT_EQ(Attempts("a"), 0u);
+  core_->SetJournal(journal_.get(), /*off_loop=*/true);  // as the server runs it
+  Hello("I-w2", "w2", 1);
+  EXPECT_EQ(PumpAndFlush()["w2"], std::vector<std::string>{"a"});
+  ASSERT_EQ(Attempts("a"), 1u);
   ASSERT_TRUE(core_->has_due_records());
   Restart();
   EXPECT_EQ(Attempts("a"), 1u);

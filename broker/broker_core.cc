@@ -58,11 +58,7 @@ BrokerCore::BrokerCore(const BrokerOptions& options)
       blacklist_(options.blacklist_ttl) {}
 
 Outbox::ProducerOut& BrokerCore::Out(std::string_view identity) {
-  auto it = outbox_.producers.find(identity);
-  if (it == outbox_.producers.end()) {
-    it = outbox_.producers.emplace(std::string(identity), Outbox::ProducerOut{}).first;
-  }
-  return it->second;
+  return outbox_.For(identity);
 }
 
 void BrokerCore::Send(Socket socket, std::string_view identity,

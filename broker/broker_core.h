@@ -61,18 +61,38 @@ struct Outbox {
     std::string body;  // encoded message
   };
 
-  StringMap<ProducerOut> producers;
+  Outbox() = default;
+  Outbox(const Outbox&) = delete;  // For's cache points into `producers`
+  Outbox& operator=(const Outbox&) = delete;
+
+  StringMap<ProducerOut> producers;  // added to through For, emptied by clear
   std::vector<std::string> dispatch_workers;  // ids with outgoing batches
   std::vector<Frame> frames;                  // everything else, in order
 
+  // The part for the producer `identity`, added if new. Calls for one
+  // producer in a row (its acks after a journal write, its results in a
+  // DONE) find it without hashing the identity again.
+  ProducerOut& For(std::string_view identity) {
+    if (last_ != nullptr && last_identity_ == identity) return *last_;
+    auto it = producers.find(identity);
+    if (it == producers.end()) it = producers.emplace(std::string(identity), ProducerOut{}).first;
+    last_identity_ = it->first;  // the map's nodes stay put until clear
+    last_ = &it->second;
+    return *last_;
+  }
   bool empty() const {
     return producers.empty() && dispatch_workers.empty() && frames.empty();
   }
   void clear() {
     producers.clear();
+    last_ = nullptr;
     dispatch_workers.clear();
     frames.clear();
   }
+
+ private:
+  std::string_view last_identity_;  // of the last For; a key in `producers`
+  ProducerOut* last_ = nullptr;
 };
 
 class BrokerCore {

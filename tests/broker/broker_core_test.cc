@@ -119,6 +119,27 @@ class BrokerCoreTest : public ::testing::Test {
   std::map<std::string, std::string> stops_;
 };
 
+// Outbox::For finds a producer's part again without hashing its identity
+// when asked for the same producer in a row, and never hands out a part
+// that clear() dropped.
+TEST(OutboxTest, ForFindsAProducersPartAgainAndStartsAfreshAfterClear) {
+  Outbox out;
+  std::string identity = "P1";
+  Outbox::ProducerOut& p1 = out.For(identity);
+  p1.accepted.push_back("a");
+  identity = "P2";  // the caller's buffer changes: the part stays P1's
+  EXPECT_EQ(&out.For("P1"), &p1);
+  Outbox::ProducerOut& p2 = out.For(identity);
+  EXPECT_NE(&p2, &p1);
+  EXPECT_EQ(&out.For("P1"), &p1) << "found again after another producer";
+  EXPECT_EQ(out.producers.size(), 2u);
+  EXPECT_EQ(out.producers.at("P1").accepted, (std::vector<std::string>{"a"}));
+  out.clear();
+  EXPECT_TRUE(out.empty());
+  EXPECT_TRUE(out.For("P1").accepted.empty()) << "a new part after clear";
+  EXPECT_EQ(out.producers.size(), 1u);
+}
+
 TEST_F(BrokerCoreTest, NeverDispatchesMoreThanCredit) {
   Hello("W1", "w1", 2);
   Submit("P", {"a", "b", "c", "d", "e"});

@@ -557,7 +557,8 @@ void BrokerCore::AppendDueRecords() {
 void BrokerCore::JournalFinished(const Batch& b) {
   if (journal_ == nullptr) return;
   // Not synced on its own: lost in a crash, the batch only runs again.
-  journal_->Append(records::kFinished, b.id, /*must_sync=*/false);
+  // Batches finishing in a row share a record.
+  journal_->AppendItem(records::kFinishedIds, b.id);
   journal_->RemoveLive(b.journal_segment, JournalBytes(b));
 }
 
@@ -645,6 +646,11 @@ void BrokerCore::Restore(std::uint64_t segment, std::uint8_t type, std::string_v
     }
   } else if (type == records::kFinished) {
     if (auto seq = batches_.FindId(body)) batches_.Erase(*seq);
+  } else if (type == records::kFinishedIds) {
+    const bool readable = Journal::ForEachItem(body, [&](std::string_view id) {
+      if (auto seq = batches_.FindId(id)) batches_.Erase(*seq);
+    });
+    if (!readable) throw JournalError("journal: unreadable finished-batches record");
   } else if (type == records::kDispatched) {
     const auto d = records::DecodeDispatched(body);
     if (!d) throw JournalError("journal: unreadable dispatched-batch record");

@@ -121,7 +121,7 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
     jo.segment_bytes = options.journal_segment_bytes;
     jo.recover = options.journal_recover;
     jo.io = options.journal_io;
-    jo.record_key = records::BatchId;
+    jo.record_keys = records::BatchIds;
     const TimePoint now = clock_.Now();
     journal_ = Journal::Open(
         jo, [&](std::uint64_t segment, std::uint8_t type, std::string_view body) {

@@ -10,10 +10,11 @@
 #include <cstdio>
 #include <cstring>
 #include <system_error>
-#include <unordered_set>
 
 #include <sys/eventfd.h>
 #include <unistd.h>
+
+#include "common/string_map.h"
 
 namespace fleet::broker {
 
@@ -76,26 +77,34 @@ void StoreLe32(char* p, std::uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
-// One record whose body is the `n` parts one after the other. The CRC runs
-// over the length, then over the type and body as they lie in `out`: two
-// runs, not one per field, since short records are most of what the broker
-// appends (a dispatched or finished record is an id). The length check is
-// the CRC of the same four length bytes, so it is computed once.
-void EncodeRecord(std::string& out, std::uint8_t type, const std::string_view* parts,
-                  std::size_t n) {
-  std::size_t size = 0;
-  for (std::size_t i = 0; i < n; ++i) size += parts[i].size();
-  char head[Journal::kRecordHeader] = {};  // its CRC is filled in once in `out`
+// Fills in the header of the record at `at` in `out`, whose body runs to
+// the end of `out`. The CRC runs over the length, then over the type and
+// body as they lie in `out`: two runs, not one per field, since short
+// records are most of what the broker appends (a dispatched record is an
+// id). The length check is the CRC of the same four length bytes, so it is
+// computed once.
+void FinishRecord(std::string& out, std::size_t at, std::uint8_t type) {
+  const std::size_t size = out.size() - at - Journal::kRecordHeader;
+  char* head = out.data() + at;
   StoreLe32(head, static_cast<std::uint32_t>(size));
   const std::uint32_t length_crc = Crc32c(std::string_view(head, 4));
   StoreLe32(head + 4, length_crc ^ kLengthMask);
   head[12] = static_cast<char>(type);
+  StoreLe32(head + 8, Crc32c(std::string_view(head + 12, 1 + size), length_crc));
+}
+
+constexpr char kZeroHeader[Journal::kRecordHeader] = {};
+
+// One record whose body is the `n` parts one after the other.
+void EncodeRecord(std::string& out, std::uint8_t type, const std::string_view* parts,
+                  std::size_t n) {
+  std::size_t size = 0;
+  for (std::size_t i = 0; i < n; ++i) size += parts[i].size();
   const std::size_t at = out.size();
-  out.reserve(at + sizeof head + size);
-  out.append(head, sizeof head);
+  out.reserve(at + sizeof kZeroHeader + size);
+  out.append(kZeroHeader, sizeof kZeroHeader);
   for (std::size_t i = 0; i < n; ++i) out.append(parts[i]);
-  const std::string_view typed_body(out.data() + at + 12, 1 + size);
-  StoreLe32(out.data() + at + 8, Crc32c(typed_body, length_crc));
+  FinishRecord(out, at, type);
 }
 
 void EncodeRecord(std::string& out, std::uint8_t type, std::string_view body) {
@@ -288,8 +297,9 @@ struct Journal::Job {
   JournalIo* io = nullptr;
   std::string dir;
   std::vector<std::uint64_t> inputs;  // ascending; the last one is replaced
-  std::unordered_set<std::string> live;
-  std::function<std::string_view(std::uint8_t, std::string_view)> record_key;
+  StringSet live;
+  std::function<void(std::uint8_t, std::string_view, std::vector<std::string_view>*)>
+      record_keys;
   std::atomic<bool> cancel{false};
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
@@ -331,6 +341,7 @@ struct Journal::Job {
       return e;
     };
     std::string data;
+    std::vector<std::string_view> keys;
     for (std::uint64_t n : inputs) {
       if (cancel) return "cancelled";
       const std::string path = Path(n);
@@ -347,9 +358,11 @@ struct Journal::Job {
         if (r.check != Check::kOk) {
           return std::string(r.problem) + " at offset " + std::to_string(pos) + " of " + path;
         }
-        const std::string_view key =
-            record_key ? record_key(r.type, r.body) : std::string_view();
-        if (key.empty() || live.count(std::string(key)) != 0) {
+        keys.clear();
+        if (record_keys) record_keys(r.type, r.body, &keys);
+        if (keys.empty() || std::any_of(keys.begin(), keys.end(), [&](std::string_view k) {
+              return live.find(k) != live.end();
+            })) {
           EncodeRecord(buffer, r.type, r.body);
           ++records_kept;
         }
@@ -705,11 +718,36 @@ void Journal::Append(std::uint8_t type, std::initializer_list<std::string_view> 
   std::size_t size = 0;
   for (std::string_view p : parts) size += p.size();
   if (size > kMaxRecordBytes) throw JournalError("journal: record too large");
+  if (!must_sync) CloseItems();  // the records keep their order
   EncodeRecord(must_sync ? sync_buffer_ : lazy_buffer_, type, parts.begin(), parts.size());
   ++stats_.records_appended;
 }
 
+void Journal::AppendItem(std::uint8_t type, std::string_view item) {
+  if (item.size() > kMaxItemsBytes - 4) throw JournalError("journal: record item too large");
+  if (items_at_ != std::string::npos &&
+      (items_type_ != type ||
+       lazy_buffer_.size() - items_at_ - kRecordHeader + 4 + item.size() > kMaxItemsBytes)) {
+    CloseItems();
+  }
+  if (items_at_ == std::string::npos) {
+    items_at_ = lazy_buffer_.size();
+    items_type_ = type;
+    lazy_buffer_.append(kZeroHeader, sizeof kZeroHeader);  // CloseItems fills it in
+    ++stats_.records_appended;
+  }
+  PutLe32(lazy_buffer_, static_cast<std::uint32_t>(item.size()));
+  lazy_buffer_.append(item);
+}
+
+void Journal::CloseItems() {
+  if (items_at_ == std::string::npos) return;
+  FinishRecord(lazy_buffer_, items_at_, items_type_);
+  items_at_ = std::string::npos;
+}
+
 int Journal::WriteBuffers(bool include_sync_records, bool force_sync) {
+  CloseItems();
   if (file_ == nullptr) return problem_errno_ != 0 ? problem_errno_ : EIO;
   std::string header;
   std::string_view parts[3];
@@ -835,6 +873,7 @@ Journal::StartResult Journal::StartWrite() {
     // The parts were cleared by the last FinishWrite: swapping keeps both
     // sides' capacity, so a steady stream allocates nothing here.
     w.header = active_bytes_ == 0 ? SegmentHeader(active_number_) : std::string();
+    CloseItems();
     w.sync_part.swap(sync_buffer_);
     w.lazy_part.swap(lazy_buffer_);
     w.syncing = had_sync && options_.sync;
@@ -869,6 +908,7 @@ Journal::CommitResult Journal::FinishWrite() {
     // The records that need no sync are written later, before those
     // appended since; the must-sync ones are dropped (their batches are
     // refused).
+    CloseItems();  // its offset is about to change
     w.lazy_part.append(lazy_buffer_);
     lazy_buffer_.swap(w.lazy_part);
     w.lazy_part.clear();
@@ -1021,7 +1061,7 @@ void Journal::MaybeStartCompaction(const LiveIds& live_ids) {
   job->io = &io_;
   job->dir = options_.dir;
   job->inputs = inputs;
-  job->record_key = options_.record_key;
+  job->record_keys = options_.record_keys;
   for (std::string& id : live_ids(inputs.back())) job->live.insert(std::move(id));
   job_ = std::move(job);
   spdlog::info("journal: compacting segments {}..{} ({} bytes, {} of them live) off the loop",

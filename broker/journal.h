@@ -10,7 +10,10 @@
 // where the CRC covers the length, the type and the body, and the check is
 // the CRC-32C of the four length bytes (masked): a damaged length is told
 // apart from a record cut short. Integers are little-endian. The journal
-// does not interpret types or bodies (the broker does: journal_records.h).
+// does not interpret types or bodies (the broker does: journal_records.h),
+// except that AppendItem builds a body of items, each "u32 length | item",
+// so that many small records made in a row (a finished batch each) share
+// one header and checksum.
 // Segments written before this format (no header; u32 length | u32 CRC of
 // type+body | u8 type | body) are still read.
 //
@@ -89,9 +92,12 @@ struct JournalOptions {
   bool recover = false;
   // Null: the real file system. Must outlive the journal.
   JournalIo* io = nullptr;
-  // The batch a record belongs to (compaction keeps the records of live
-  // batches). Null, or an empty answer: the record is always kept.
-  std::function<std::string_view(std::uint8_t type, std::string_view body)> record_key;
+  // The batches a record belongs to, added to `keys` (compaction keeps the
+  // records of live batches: a record of several is kept whole if any of
+  // them is live). Null, or no keys: the record is always kept.
+  std::function<void(std::uint8_t type, std::string_view body,
+                     std::vector<std::string_view>* keys)>
+      record_keys;
 };
 
 enum class JournalState {
@@ -166,6 +172,27 @@ class Journal {
   // them is made to join them).
   void Append(std::uint8_t type, std::initializer_list<std::string_view> parts,
               bool must_sync = true);
+  // Buffers `item` as one more item of a record of `type` whose body is
+  // items, each "u32 length | item" (ForEachItem reads them), not synced on
+  // its own (as Append with must_sync false). Items appended one after the
+  // other go in one record; another Append that needs no sync, a write, or
+  // kMaxItemsBytes of items start the next one.
+  void AppendItem(std::uint8_t type, std::string_view item);
+  static constexpr std::size_t kMaxItemsBytes = 1u << 20;
+  // Calls `f(item)` for each item of a body made by AppendItem; false when
+  // the body is not one (a length runs past its end), after the items
+  // before that.
+  template <class F>
+  static bool ForEachItem(std::string_view body, F&& f) {
+    while (!body.empty()) {
+      if (body.size() < 4) return false;
+      const std::uint32_t n = ReadLe32(body.data());
+      if (body.size() - 4 < n) return false;
+      f(body.substr(4, n));
+      body.remove_prefix(4 + std::size_t{n});
+    }
+    return true;
+  }
 
   enum class CommitResult {
     kNothing,  // nothing to write
@@ -262,6 +289,8 @@ class Journal {
   Segment& SegmentFor(std::uint64_t number);
   // Accounts `bytes` written to the active segment.
   void Wrote(std::uint64_t bytes);
+  // Completes the record AppendItem has open, if any (its header).
+  void CloseItems();
 
   JournalOptions options_;
   JournalIo& io_;
@@ -271,6 +300,10 @@ class Journal {
   std::uint64_t active_bytes_ = 0;
   std::string sync_buffer_;  // must-sync records since the last Commit
   std::string lazy_buffer_;  // the others, kept until written
+  // AppendItem's open record: where its header is in lazy_buffer_ (npos:
+  // none) and its type.
+  std::size_t items_at_ = std::string::npos;
+  std::uint8_t items_type_ = 0;
   bool unsynced_ = false;    // the active segment has records written but not synced
   JournalState state_ = JournalState::kOk;
   std::string problem_;

@@ -61,16 +61,25 @@ std::size_t AcceptedBytes(std::string_view id, std::string_view queue, std::stri
   return 8 + id.size() + queue.size() + payload.size();
 }
 
-std::string_view BatchId(std::uint8_t type, std::string_view body) {
+void BatchIds(std::uint8_t type, std::string_view body, std::vector<std::string_view>* ids) {
   switch (type) {
     case kAccepted:
-      if (auto a = DecodeAccepted(body)) return a->id;
-      return {};
-    case kFinished: return body;
+      if (auto a = DecodeAccepted(body)) ids->push_back(a->id);
+      return;
+    case kFinished:
+      if (!body.empty()) ids->push_back(body);
+      return;
     case kDispatched:
-      if (auto d = DecodeDispatched(body)) return d->id;
-      return {};
-    default: return {};
+      if (auto d = DecodeDispatched(body)) ids->push_back(d->id);
+      return;
+    case kFinishedIds: {
+      const std::size_t before = ids->size();
+      if (!Journal::ForEachItem(body, [&](std::string_view id) { ids->push_back(id); })) {
+        ids->resize(before);  // unreadable: kept whole
+      }
+      return;
+    }
+    default: return;
   }
 }
 

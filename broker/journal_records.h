@@ -6,7 +6,8 @@
 //                    a batch the broker accepted (fdatasynced before the ACK)
 //   kFinished   (2)  id
 //                    the batch has its result (not synced on its own: lost
-//                    in a crash, the batch only runs again)
+//                    in a crash, the batch only runs again). Read, no longer
+//                    written: kFinishedIds took its place
 //   kDispatched (3)  u32 attempts | id
 //                    the batch's attempt count after a dispatch (or after
 //                    an attempt was given back: a dispatch that never
@@ -16,6 +17,11 @@
 //                    appends it when its next write starts, with the count
 //                    the batch has then, and not at all for a batch that
 //                    finished before (its finished record says more)
+//   kFinishedIds (4) (u32 id length | id), one or more
+//                    the batches have their results, as kFinished for each
+//                    id in turn. Batches that finish one after the other
+//                    share one record (Journal::AppendItem): one header and
+//                    checksum for many ids
 //
 // Integers are little-endian. A queue of "" means "default". Pure functions;
 // thread-safe.
@@ -26,12 +32,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace fleet::broker::records {
 
 inline constexpr std::uint8_t kAccepted = 1;
 inline constexpr std::uint8_t kFinished = 2;
 inline constexpr std::uint8_t kDispatched = 3;
+inline constexpr std::uint8_t kFinishedIds = 4;
 
 struct Accepted {
   std::string_view id;  // not empty
@@ -62,8 +70,8 @@ std::optional<Dispatched> DecodeDispatched(std::string_view body);
 
 // The size of an accepted-batch record's body.
 std::size_t AcceptedBytes(std::string_view id, std::string_view queue, std::string_view payload);
-// The batch a record is about (a view into `body`); empty for a record it
-// cannot read (which compaction then keeps).
-std::string_view BatchId(std::uint8_t type, std::string_view body);
+// Adds the ids of the batches a record is about to `ids` (views into
+// `body`); none for a record it cannot read (which compaction then keeps).
+void BatchIds(std::uint8_t type, std::string_view body, std::vector<std::string_view>* ids);
 
 }  // namespace fleet::broker::records

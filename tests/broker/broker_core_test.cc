@@ -913,7 +913,7 @@ class BrokerCoreJournalTest : public BrokerCoreTest {
     if (!clean) io_.SetFree(free);
     journal_.reset();
     Reset(o_);
-    jo_.record_key = records::BatchId;
+    jo_.record_keys = records::BatchIds;
     journal_ = Journal::Open(
         jo_, [&](std::uint64_t segment, std::uint8_t type, std::string_view body) {
           core_->Restore(segment, type, body, clock_.Now());

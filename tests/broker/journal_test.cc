@@ -73,20 +73,36 @@ class JournalTest : public ::testing::Test {
 
 
 // Records of the tests below: type 1 "accepted" and type 2 "finished",
-// each with the batch id as its whole body.
+// each with the batch id as its whole body, and type 4 "finished" with
+// ids as items (AppendItem).
 constexpr std::uint8_t kAcc = 1;
 constexpr std::uint8_t kFin = 2;
+constexpr std::uint8_t kItems = 4;
 constexpr std::size_t kHeader = Journal::kSegmentHeader;
 
 std::size_t Rec(std::size_t body) { return Journal::kRecordHeader + body; }
 
 JournalOptions WithKeys(JournalOptions o) {
-  o.record_key = [](std::uint8_t, std::string_view body) { return body; };
+  o.record_keys = [](std::uint8_t type, std::string_view body,
+                     std::vector<std::string_view>* keys) {
+    if (type != kItems) {
+      keys->push_back(body);
+    } else {
+      Journal::ForEachItem(body, [&](std::string_view id) { keys->push_back(id); });
+    }
+  };
   return o;
 }
 
 Journal::LiveIds NoIds() {
   return [](std::uint64_t) { return std::vector<std::string>{}; };
+}
+
+// The items of a record made by AppendItem.
+std::vector<std::string> Items(std::string_view body) {
+  std::vector<std::string> items;
+  EXPECT_TRUE(Journal::ForEachItem(body, [&](std::string_view i) { items.emplace_back(i); }));
+  return items;
 }
 
 // The batches a start would bring back: accepted and not finished.
@@ -95,6 +111,9 @@ std::set<std::string> Unfinished(const JournalOptions& o) {
   for (const auto& [type, body] : Replay(o)) {
     if (type == kAcc) ids.insert(body);
     if (type == kFin) ids.erase(body);
+    if (type == kItems) {
+      for (const std::string& id : Items(body)) ids.erase(id);
+    }
   }
   return ids;
 }
@@ -795,6 +814,122 @@ TEST_F(JournalTest, FailedWriteOffTheLoopDropsItsMustSyncRecordsAndKeepsTheOther
   j.reset();
   EXPECT_THAT(Replay(o), ::testing::ElementsAre(Record{kFin, "old"}, Record{kFin, "newer"},
                                                 Record{kAcc, "b"}));
+}
+
+// Items appended one after the other share one record, which keeps their
+// place among the other records that need no sync.
+TEST_F(JournalTest, ItemsAppendedInARowShareOneRecordInTheirPlace) {
+  std::unique_ptr<Journal> j;
+  Replay(Options(), &j);
+  j->Append(kAcc, "a");
+  j->AppendItem(kItems, "a");
+  j->AppendItem(kItems, "bb");
+  j->Append(kAcc, "c");  // must sync: another buffer, the items record stays open
+  j->AppendItem(kItems, std::string("\0d", 2));
+  j->Append(3, "x", false);  // closes it
+  j->AppendItem(kItems, "e");
+  EXPECT_EQ(j->stats().records_appended, 5u);
+  EXPECT_EQ(j->Commit(), Journal::CommitResult::kWritten);
+  j->AppendItem(kItems, "f");  // the write closed the last one
+  EXPECT_EQ(j->Commit(), Journal::CommitResult::kWritten);
+  EXPECT_EQ(j->stats().records_appended, 6u);
+  j.reset();
+  const std::vector<Record> r = Replay(Options());
+  ASSERT_EQ(r.size(), 6u);
+  EXPECT_EQ(r[0], (Record{kAcc, "a"}));
+  EXPECT_EQ(r[1], (Record{kAcc, "c"}));
+  EXPECT_EQ(r[2].first, kItems);
+  EXPECT_THAT(Items(r[2].second), ::testing::ElementsAre("a", "bb", std::string("\0d", 2)));
+  EXPECT_EQ(r[3], (Record{3, "x"}));
+  EXPECT_EQ(r[4].first, kItems);
+  EXPECT_THAT(Items(r[4].second), ::testing::ElementsAre("e"));
+  EXPECT_EQ(r[5].first, kItems);
+  EXPECT_THAT(Items(r[5].second), ::testing::ElementsAre("f"));
+}
+
+TEST_F(JournalTest, AWriteOffTheLoopClosesTheItemsRecordAndSoDoesItsSize) {
+  std::unique_ptr<Journal> j;
+  Replay(Options(), &j);
+  j->AppendItem(kItems, "d");
+  ASSERT_EQ(j->StartWrite(), Journal::StartResult::kStarted);
+  j->AppendItem(kItems, "e");  // while the write is out: the next record
+  EXPECT_EQ(j->FinishWrite(), Journal::CommitResult::kWritten);
+  const std::string big((600u << 10), 'y');
+  j->AppendItem(kItems, big);
+  j->AppendItem(kItems, big);  // past kMaxItemsBytes together: a record each
+  EXPECT_EQ(WriteOffTheLoop(*j), Journal::CommitResult::kWritten);
+  EXPECT_EQ(j->stats().records_appended, 3u);
+  EXPECT_THROW(j->AppendItem(kItems, std::string(Journal::kMaxItemsBytes, 'z')), JournalError);
+  j.reset();
+  const std::vector<Record> r = Replay(Options());
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_THAT(Items(r[0].second), ::testing::ElementsAre("d"))
+      << "the open record went with the write";
+  // What came meanwhile opened the next record, and the first big item
+  // joined it; the second did not fit.
+  const std::vector<std::string> second = Items(r[1].second);
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_EQ(second[0], "e");
+  EXPECT_TRUE(second[1] == big);
+  const std::vector<std::string> third = Items(r[2].second);
+  ASSERT_EQ(third.size(), 1u);
+  EXPECT_TRUE(third[0] == big);
+}
+
+TEST(JournalItemsTest, ForEachItemReadsUpToWhatRunsPastTheEnd) {
+  std::vector<std::string> seen;
+  auto collect = [&](std::string_view i) { seen.emplace_back(i); };
+  EXPECT_TRUE(Journal::ForEachItem("", collect));
+  EXPECT_TRUE(seen.empty());
+  EXPECT_TRUE(Journal::ForEachItem(std::string("\0\0\0\0", 4), collect));
+  EXPECT_THAT(seen, ::testing::ElementsAre(""));
+  seen.clear();
+  EXPECT_FALSE(Journal::ForEachItem(std::string("\1\0\0\0a\2\0\0\0b", 10), collect));
+  EXPECT_THAT(seen, ::testing::ElementsAre("a"));
+  EXPECT_FALSE(Journal::ForEachItem(std::string("\1\0\0", 3), collect));
+}
+
+// A record of items is kept whole while any of its batches is live (here
+// an id that finished and was accepted again), and dropped with the rest
+// once none is.
+TEST_F(JournalTest, CompactionKeepsARecordOfItemsWhileAnyOfItsBatchesIsLive) {
+  JournalOptions o = WithKeys(Options());
+  o.segment_bytes = 1000;
+  std::unique_ptr<Journal> j;
+  Replay(o, &j);
+  j->Append(kAcc, "again");
+  j->Append(kAcc, "gone1");
+  j->Append(kAcc, "gone2");
+  j->AppendItem(kItems, "again");
+  j->AppendItem(kItems, "other");
+  j->Commit();
+  j->AppendItem(kItems, "gone1");
+  j->AppendItem(kItems, "gone2");
+  j->Append(kAcc, "again");
+  j->AddLive(j->active_segment(), Rec(5));
+  j->Commit();
+  for (int i = 0; i < 40; ++i) {
+    const std::string id = "done-" + std::to_string(i) + std::string(40, 'x');
+    j->Append(kAcc, id);
+    j->AppendItem(kItems, id);
+    j->Commit();
+  }
+  ASSERT_GE(j->segment_count(), 4u);
+  j->Maintain([](std::uint64_t) { return std::vector<std::string>{"again"}; });
+  ASSERT_TRUE(j->compacting());
+  j->WaitForCompaction();
+  EXPECT_EQ(j->stats().compactions, 1u);
+  j.reset();
+  std::vector<Record> kept;
+  for (const Record& r : Replay(o)) {
+    if (r.second.find("done-") == std::string::npos) kept.push_back(r);
+  }
+  ASSERT_EQ(kept.size(), 3u);
+  EXPECT_EQ(kept[0], (Record{kAcc, "again"}));
+  EXPECT_EQ(kept[1].first, kItems);
+  EXPECT_THAT(Items(kept[1].second), ::testing::ElementsAre("again", "other"));
+  EXPECT_EQ(kept[2], (Record{kAcc, "again"}));
+  EXPECT_EQ(Unfinished(o), (std::set<std::string>{"again"}));
 }
 
 TEST_F(JournalTest, WriteOffTheLoopGoesToTheActiveSegmentAndTheNextOneStartsAfterIt) {

@@ -269,7 +269,8 @@ class BrokerCore {
   BucketCounts processing_seconds_{LatencyBuckets()};
   Outbox outbox_;
   void JournalAccepted(Batch& b);
-  // Appends the batch's finished record and releases its accepted one.
+  // Adds the batch's id to the journal's shared finished record
+  // (kFinishedIds) and releases its accepted one.
   void JournalFinished(const Batch& b);
   void JournalDispatched(const Batch& b, Journal& journal) const;
   // The batch's attempt count changed: its dispatched record is appended

@@ -116,12 +116,17 @@ BrokerServer::BrokerServer(const BrokerOptions& options, const Clock& clock)
           std::to_string((Journal::kMaxRecordBytes >> 20) - 1) +
           " MiB: lower --max-batch-bytes (now " + std::to_string(options.max_batch_bytes) + ")");
     }
+    if (options.max_id_bytes + 4 > Journal::kMaxItemsBytes) {  // a finished id is an item
+      throw std::invalid_argument("--data-dir keeps batch ids of at most " +
+                                  std::to_string(Journal::kMaxItemsBytes - 4) + " bytes");
+    }
     JournalOptions jo;
     jo.dir = options.data_dir;
     jo.segment_bytes = options.journal_segment_bytes;
     jo.recover = options.journal_recover;
     jo.io = options.journal_io;
-    jo.record_keys = records::BatchIds;
+    jo.record_key = records::BatchId;
+    jo.item_types = {records::kFinishedIds};
     const TimePoint now = clock_.Now();
     journal_ = Journal::Open(
         jo, [&](std::uint64_t segment, std::uint8_t type, std::string_view body) {

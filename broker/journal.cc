@@ -80,9 +80,9 @@ void StoreLe32(char* p, std::uint32_t v) {
 // Fills in the header of the record at `at` in `out`, whose body runs to
 // the end of `out`. The CRC runs over the length, then over the type and
 // body as they lie in `out`: two runs, not one per field, since short
-// records are most of what the broker appends (a dispatched record is an
-// id). The length check is the CRC of the same four length bytes, so it is
-// computed once.
+// records are most of what the broker appends (a dispatched record is a
+// count and an id). The length check is the CRC of the same four length
+// bytes, so it is computed once.
 void FinishRecord(std::string& out, std::size_t at, std::uint8_t type) {
   const std::size_t size = out.size() - at - Journal::kRecordHeader;
   char* head = out.data() + at;
@@ -298,8 +298,8 @@ struct Journal::Job {
   std::string dir;
   std::vector<std::uint64_t> inputs;  // ascending; the last one is replaced
   StringSet live;
-  std::function<void(std::uint8_t, std::string_view, std::vector<std::string_view>*)>
-      record_keys;
+  std::function<std::string_view(std::uint8_t, std::string_view)> record_key;
+  std::vector<std::uint8_t> item_types;
   std::atomic<bool> cancel{false};
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
@@ -341,7 +341,7 @@ struct Journal::Job {
       return e;
     };
     std::string data;
-    std::vector<std::string_view> keys;
+    std::string items;  // the live items of a record of items
     for (std::uint64_t n : inputs) {
       if (cancel) return "cancelled";
       const std::string path = Path(n);
@@ -358,11 +358,21 @@ struct Journal::Job {
         if (r.check != Check::kOk) {
           return std::string(r.problem) + " at offset " + std::to_string(pos) + " of " + path;
         }
-        keys.clear();
-        if (record_keys) record_keys(r.type, r.body, &keys);
-        if (keys.empty() || std::any_of(keys.begin(), keys.end(), [&](std::string_view k) {
-              return live.find(k) != live.end();
-            })) {
+        if (std::find(item_types.begin(), item_types.end(), r.type) != item_types.end()) {
+          items.clear();
+          const bool readable = Journal::ForEachItem(r.body, [&](std::string_view id) {
+            if (live.find(id) != live.end()) {
+              PutLe32(items, static_cast<std::uint32_t>(id.size()));
+              items.append(id);
+            }
+          });
+          if (!readable || !items.empty()) {
+            EncodeRecord(buffer, r.type, readable ? std::string_view(items) : r.body);
+            ++records_kept;
+          }
+        } else if (const std::string_view key =
+                       record_key ? record_key(r.type, r.body) : std::string_view();
+                   key.empty() || live.find(key) != live.end()) {
           EncodeRecord(buffer, r.type, r.body);
           ++records_kept;
         }
@@ -730,7 +740,10 @@ void Journal::AppendItem(std::uint8_t type, std::string_view item) {
        lazy_buffer_.size() - items_at_ - kRecordHeader + 4 + item.size() > kMaxItemsBytes)) {
     CloseItems();
   }
-  if (items_at_ == std::string::npos) {
+  const bool open = items_at_ == std::string::npos;
+  // The one allocation first: if it throws, no record is left half-made.
+  lazy_buffer_.reserve(lazy_buffer_.size() + (open ? kRecordHeader : 0) + 4 + item.size());
+  if (open) {
     items_at_ = lazy_buffer_.size();
     items_type_ = type;
     lazy_buffer_.append(kZeroHeader, sizeof kZeroHeader);  // CloseItems fills it in
@@ -1061,7 +1074,8 @@ void Journal::MaybeStartCompaction(const LiveIds& live_ids) {
   job->io = &io_;
   job->dir = options_.dir;
   job->inputs = inputs;
-  job->record_keys = options_.record_keys;
+  job->record_key = options_.record_key;
+  job->item_types = options_.item_types;
   for (std::string& id : live_ids(inputs.back())) job->live.insert(std::move(id));
   job_ = std::move(job);
   spdlog::info("journal: compacting segments {}..{} ({} bytes, {} of them live) off the loop",

@@ -92,12 +92,13 @@ struct JournalOptions {
   bool recover = false;
   // Null: the real file system. Must outlive the journal.
   JournalIo* io = nullptr;
-  // The batches a record belongs to, added to `keys` (compaction keeps the
-  // records of live batches: a record of several is kept whole if any of
-  // them is live). Null, or no keys: the record is always kept.
-  std::function<void(std::uint8_t type, std::string_view body,
-                     std::vector<std::string_view>* keys)>
-      record_keys;
+  // The batch a record belongs to (compaction keeps the records of live
+  // batches). Null, or an empty answer: the record is always kept.
+  std::function<std::string_view(std::uint8_t type, std::string_view body)> record_key;
+  // Types of records whose body is items (AppendItem), each item the id of
+  // a batch: compaction keeps the items of live batches, in a record of
+  // their own while any is left (record_key is not asked).
+  std::vector<std::uint8_t> item_types;
 };
 
 enum class JournalState {
@@ -175,8 +176,10 @@ class Journal {
   // Buffers `item` as one more item of a record of `type` whose body is
   // items, each "u32 length | item" (ForEachItem reads them), not synced on
   // its own (as Append with must_sync false). Items appended one after the
-  // other go in one record; another Append that needs no sync, a write, or
-  // kMaxItemsBytes of items start the next one.
+  // other go in one record; an item of another type, another Append that
+  // needs no sync, a write, or kMaxItemsBytes of items start the next one.
+  // Throws JournalError for an item over kMaxItemsBytes - 4 bytes; if an
+  // allocation throws, nothing was appended.
   void AppendItem(std::uint8_t type, std::string_view item);
   static constexpr std::size_t kMaxItemsBytes = 1u << 20;
   // Calls `f(item)` for each item of a body made by AppendItem; false when

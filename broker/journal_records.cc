@@ -61,25 +61,16 @@ std::size_t AcceptedBytes(std::string_view id, std::string_view queue, std::stri
   return 8 + id.size() + queue.size() + payload.size();
 }
 
-void BatchIds(std::uint8_t type, std::string_view body, std::vector<std::string_view>* ids) {
+std::string_view BatchId(std::uint8_t type, std::string_view body) {
   switch (type) {
     case kAccepted:
-      if (auto a = DecodeAccepted(body)) ids->push_back(a->id);
-      return;
-    case kFinished:
-      if (!body.empty()) ids->push_back(body);
-      return;
+      if (auto a = DecodeAccepted(body)) return a->id;
+      return {};
+    case kFinished: return body;
     case kDispatched:
-      if (auto d = DecodeDispatched(body)) ids->push_back(d->id);
-      return;
-    case kFinishedIds: {
-      const std::size_t before = ids->size();
-      if (!Journal::ForEachItem(body, [&](std::string_view id) { ids->push_back(id); })) {
-        ids->resize(before);  // unreadable: kept whole
-      }
-      return;
-    }
-    default: return;
+      if (auto d = DecodeDispatched(body)) return d->id;
+      return {};
+    default: return {};
   }
 }
 

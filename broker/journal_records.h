@@ -32,7 +32,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 
 namespace fleet::broker::records {
 
@@ -70,8 +69,9 @@ std::optional<Dispatched> DecodeDispatched(std::string_view body);
 
 // The size of an accepted-batch record's body.
 std::size_t AcceptedBytes(std::string_view id, std::string_view queue, std::string_view payload);
-// Adds the ids of the batches a record is about to `ids` (views into
-// `body`); none for a record it cannot read (which compaction then keeps).
-void BatchIds(std::uint8_t type, std::string_view body, std::vector<std::string_view>* ids);
+// The batch a record is about (a view into `body`); empty for a record it
+// cannot read (which compaction then keeps) and for kFinishedIds, whose
+// items are the ids (JournalOptions::item_types).
+std::string_view BatchId(std::uint8_t type, std::string_view body);
 
 }  // namespace fleet::broker::records

@@ -127,10 +127,11 @@ TEST(OutboxTest, ForFindsAProducersPartAgainAndStartsAfreshAfterClear) {
   std::string identity = "P1";
   Outbox::ProducerOut& p1 = out.For(identity);
   p1.accepted.push_back("a");
-  identity = "P2";  // the caller's buffer changes: the part stays P1's
-  EXPECT_EQ(&out.For("P1"), &p1);
+  identity = "P2";  // the caller's buffer now says P2: a new producer
   Outbox::ProducerOut& p2 = out.For(identity);
   EXPECT_NE(&p2, &p1);
+  EXPECT_TRUE(p2.accepted.empty());
+  EXPECT_EQ(out.producers.size(), 2u);
   EXPECT_EQ(&out.For("P1"), &p1) << "found again after another producer";
   EXPECT_EQ(out.producers.size(), 2u);
   EXPECT_EQ(out.producers.at("P1").accepted, (std::vector<std::string>{"a"}));
@@ -913,7 +914,8 @@ class BrokerCoreJournalTest : public BrokerCoreTest {
     if (!clean) io_.SetFree(free);
     journal_.reset();
     Reset(o_);
-    jo_.record_keys = records::BatchIds;
+    jo_.record_key = records::BatchId;
+    jo_.item_types = {records::kFinishedIds};
     journal_ = Journal::Open(
         jo_, [&](std::uint64_t segment, std::uint8_t type, std::string_view body) {
           core_->Restore(segment, type, body, clock_.Now());
@@ -977,6 +979,27 @@ class BrokerCoreJournalTest : public BrokerCoreTest {
   std::unique_ptr<Journal> journal_;
   std::size_t restored_dead_ = 0;
 };
+
+// A start replays finished ids from the record each batch used to have
+// (kFinished) and from the shared one (kFinishedIds); a shared record it
+// cannot read stops the start, as any unreadable record does.
+TEST_F(BrokerCoreTest, RestoreReadsFinishedRecordsOfEitherFormatAndRefusesAnUnreadableOne) {
+  std::string body;
+  for (const char* id : {"a", "b", "c", "d"}) {
+    records::EncodeAccepted(&body, id, "", "payload");
+    core_->Restore(1, records::kAccepted, body, clock_.Now());
+  }
+  core_->Restore(1, records::kFinished, "a", clock_.Now());
+  core_->Restore(1, records::kFinishedIds, std::string("\1\0\0\0b\1\0\0\0c", 10),
+                 clock_.Now());
+  EXPECT_FALSE(core_->batches().FindId("a"));
+  EXPECT_FALSE(core_->batches().FindId("b"));
+  EXPECT_FALSE(core_->batches().FindId("c"));
+  EXPECT_TRUE(core_->batches().FindId("d"));
+  EXPECT_THROW(core_->Restore(1, records::kFinishedIds, std::string("\5\0\0\0d", 5),
+                              clock_.Now()),
+               JournalError);
+}
 
 TEST_F(BrokerCoreJournalTest, AttemptsSurviveRestartsAndCompaction) {
   Submit("P", {"a"});

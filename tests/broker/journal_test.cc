@@ -83,14 +83,8 @@ constexpr std::size_t kHeader = Journal::kSegmentHeader;
 std::size_t Rec(std::size_t body) { return Journal::kRecordHeader + body; }
 
 JournalOptions WithKeys(JournalOptions o) {
-  o.record_keys = [](std::uint8_t type, std::string_view body,
-                     std::vector<std::string_view>* keys) {
-    if (type != kItems) {
-      keys->push_back(body);
-    } else {
-      Journal::ForEachItem(body, [&](std::string_view id) { keys->push_back(id); });
-    }
-  };
+  o.record_key = [](std::uint8_t, std::string_view body) { return body; };
+  o.item_types = {kItems};
   return o;
 }
 
@@ -859,7 +853,10 @@ TEST_F(JournalTest, AWriteOffTheLoopClosesTheItemsRecordAndSoDoesItsSize) {
   j->AppendItem(kItems, big);  // past kMaxItemsBytes together: a record each
   EXPECT_EQ(WriteOffTheLoop(*j), Journal::CommitResult::kWritten);
   EXPECT_EQ(j->stats().records_appended, 3u);
-  EXPECT_THROW(j->AppendItem(kItems, std::string(Journal::kMaxItemsBytes, 'z')), JournalError);
+  EXPECT_THROW(j->AppendItem(kItems, std::string(Journal::kMaxItemsBytes - 3, 'z')),
+               JournalError);
+  EXPECT_EQ(j->stats().records_appended, 3u) << "nothing appended";
+  EXPECT_FALSE(j->pending());
   j.reset();
   const std::vector<Record> r = Replay(Options());
   ASSERT_EQ(r.size(), 3u);
@@ -876,6 +873,59 @@ TEST_F(JournalTest, AWriteOffTheLoopClosesTheItemsRecordAndSoDoesItsSize) {
   EXPECT_TRUE(third[0] == big);
 }
 
+TEST_F(JournalTest, AnItemOfAnotherTypeStartsARecordAndTheLargestItemFitsAlone) {
+  std::unique_ptr<Journal> j;
+  Replay(Options(), &j);
+  j->AppendItem(kItems, "a");
+  j->AppendItem(5, "b");
+  j->AppendItem(kItems, "c");
+  const std::string largest(Journal::kMaxItemsBytes - 4, 'L');
+  j->AppendItem(kItems, largest);
+  EXPECT_EQ(j->stats().records_appended, 4u);
+  EXPECT_EQ(j->Commit(), Journal::CommitResult::kWritten);
+  j.reset();
+  const std::vector<Record> r = Replay(Options());
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_EQ(r[0].first, kItems);
+  EXPECT_THAT(Items(r[0].second), ::testing::ElementsAre("a"));
+  EXPECT_EQ(r[1].first, 5);
+  EXPECT_THAT(Items(r[1].second), ::testing::ElementsAre("b"));
+  EXPECT_THAT(Items(r[2].second), ::testing::ElementsAre("c"));
+  EXPECT_EQ(r[3].second.size(), Journal::kMaxItemsBytes);
+  const std::vector<std::string> last = Items(r[3].second);
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_TRUE(last[0] == largest);
+}
+
+// A write that fails gives its records that need no sync back, ahead of
+// those appended since: a record of items open meanwhile is completed
+// where it was, and the next item starts a new one.
+TEST_F(JournalTest, FailedWriteOffTheLoopKeepsARecordOfItemsOpenMeanwhileWhole) {
+  FaultyJournalIo io;
+  JournalOptions o = Options();
+  o.io = &io;
+  std::unique_ptr<Journal> j;
+  Replay(o, &j);
+  io.FailSyncs(1);
+  j->AppendItem(kItems, "old");
+  j->Append(kAcc, "a");
+  ASSERT_EQ(j->StartWrite(), Journal::StartResult::kStarted);
+  j->AppendItem(kItems, "newer");  // while the write is out
+  j->AppendItem(kItems, "newest");
+  EXPECT_EQ(j->FinishWrite(), Journal::CommitResult::kRefused);
+  j->AppendItem(kItems, "after");
+  EXPECT_TRUE(j->Maintain(NoIds()));
+  j->Append(kAcc, "b");
+  EXPECT_EQ(WriteOffTheLoop(*j), Journal::CommitResult::kWritten);
+  j.reset();
+  const std::vector<Record> r = Replay(o);
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_THAT(Items(r[0].second), ::testing::ElementsAre("old"));
+  EXPECT_THAT(Items(r[1].second), ::testing::ElementsAre("newer", "newest"));
+  EXPECT_THAT(Items(r[2].second), ::testing::ElementsAre("after"));
+  EXPECT_EQ(r[3], (Record{kAcc, "b"}));
+}
+
 TEST(JournalItemsTest, ForEachItemReadsUpToWhatRunsPastTheEnd) {
   std::vector<std::string> seen;
   auto collect = [&](std::string_view i) { seen.emplace_back(i); };
@@ -889,10 +939,10 @@ TEST(JournalItemsTest, ForEachItemReadsUpToWhatRunsPastTheEnd) {
   EXPECT_FALSE(Journal::ForEachItem(std::string("\1\0\0", 3), collect));
 }
 
-// A record of items is kept whole while any of its batches is live (here
-// an id that finished and was accepted again), and dropped with the rest
-// once none is.
-TEST_F(JournalTest, CompactionKeepsARecordOfItemsWhileAnyOfItsBatchesIsLive) {
+// Compaction keeps the items of live batches (here an id that finished and
+// was accepted again), in a record of their own, and drops a record of
+// items none of which is live.
+TEST_F(JournalTest, CompactionKeepsOnlyTheItemsOfLiveBatches) {
   JournalOptions o = WithKeys(Options());
   o.segment_bytes = 1000;
   std::unique_ptr<Journal> j;
@@ -900,8 +950,9 @@ TEST_F(JournalTest, CompactionKeepsARecordOfItemsWhileAnyOfItsBatchesIsLive) {
   j->Append(kAcc, "again");
   j->Append(kAcc, "gone1");
   j->Append(kAcc, "gone2");
-  j->AppendItem(kItems, "again");
   j->AppendItem(kItems, "other");
+  j->AppendItem(kItems, "again");
+  j->AppendItem(kItems, "more");
   j->Commit();
   j->AppendItem(kItems, "gone1");
   j->AppendItem(kItems, "gone2");
@@ -927,7 +978,7 @@ TEST_F(JournalTest, CompactionKeepsARecordOfItemsWhileAnyOfItsBatchesIsLive) {
   ASSERT_EQ(kept.size(), 3u);
   EXPECT_EQ(kept[0], (Record{kAcc, "again"}));
   EXPECT_EQ(kept[1].first, kItems);
-  EXPECT_THAT(Items(kept[1].second), ::testing::ElementsAre("again", "other"));
+  EXPECT_THAT(Items(kept[1].second), ::testing::ElementsAre("again"));
   EXPECT_EQ(kept[2], (Record{kAcc, "again"}));
   EXPECT_EQ(Unfinished(o), (std::set<std::string>{"again"}));
 }

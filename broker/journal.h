@@ -38,7 +38,8 @@
 // loop's housekeeping tick, deletes segments from the oldest while nothing
 // in them is live, and compacts when old segments hold more garbage than
 // max(segment_bytes, their live bytes): a background thread copies the
-// records of the batches still live in segments F..K into a new file that
+// records of the batches still live in segments F..K (of a record of
+// items, JournalOptions::item_types, the live items) into a new file that
 // replaces K atomically (its header says it stands for F..K, so the
 // replaced files are ignored even if a crash leaves them behind), then
 // removes F..K-1. The loop never waits for a compaction. On disk: the

@@ -239,6 +239,20 @@ void PutLe32(std::string& out, std::uint32_t v) {
   out.append(b, 4);
 }
 
+void PutItem(std::string& out, std::string_view item) {
+  PutLe32(out, static_cast<std::uint32_t>(item.size()));
+  out.append(item);
+}
+
+bool TakeItem(std::string_view* in, std::string_view* item) {
+  if (in->size() < 4) return false;
+  const std::uint32_t n = ReadLe32(in->data());
+  if (in->size() - 4 < n) return false;
+  *item = in->substr(4, n);
+  in->remove_prefix(4 + std::size_t{n});
+  return true;
+}
+
 std::uint32_t Crc32cPortable(std::string_view data, std::uint32_t crc) {
   static const std::array<std::uint32_t, 256> table = MakeCrcTable();
   crc = ~crc;
@@ -361,10 +375,7 @@ struct Journal::Job {
         if (std::find(item_types.begin(), item_types.end(), r.type) != item_types.end()) {
           items.clear();
           const bool readable = Journal::ForEachItem(r.body, [&](std::string_view id) {
-            if (live.find(id) != live.end()) {
-              PutLe32(items, static_cast<std::uint32_t>(id.size()));
-              items.append(id);
-            }
+            if (live.find(id) != live.end()) PutItem(items, id);
           });
           if (!readable || !items.empty()) {
             EncodeRecord(buffer, r.type, readable ? std::string_view(items) : r.body);
@@ -749,8 +760,7 @@ void Journal::AppendItem(std::uint8_t type, std::string_view item) {
     lazy_buffer_.append(kZeroHeader, sizeof kZeroHeader);  // CloseItems fills it in
     ++stats_.records_appended;
   }
-  PutLe32(lazy_buffer_, static_cast<std::uint32_t>(item.size()));
-  lazy_buffer_.append(item);
+  PutItem(lazy_buffer_, item);
 }
 
 void Journal::CloseItems() {

@@ -135,6 +135,12 @@ struct JournalStats {
 // the broker puts in its record bodies).
 void PutLe32(std::string& out, std::uint32_t v);
 std::uint32_t ReadLe32(const char* p);
+// "u32 length | bytes": an item of Journal::AppendItem, and a field of the
+// broker's record bodies. TakeItem takes the one at the front of `*in`;
+// false, `*in` unchanged, when fewer than 4 bytes are left or the length
+// runs past the end.
+void PutItem(std::string& out, std::string_view item);
+bool TakeItem(std::string_view* in, std::string_view* item);
 
 // CRC-32C (Castagnoli), as used by the record format.
 // With SSE 4.2 where the CPU has it; Crc32cPortable is the table version
@@ -188,12 +194,10 @@ class Journal {
   // before that.
   template <class F>
   static bool ForEachItem(std::string_view body, F&& f) {
+    std::string_view item;
     while (!body.empty()) {
-      if (body.size() < 4) return false;
-      const std::uint32_t n = ReadLe32(body.data());
-      if (body.size() - 4 < n) return false;
-      f(body.substr(4, n));
-      body.remove_prefix(4 + std::size_t{n});
+      if (!TakeItem(&body, &item)) return false;
+      f(item);
     }
     return true;
   }

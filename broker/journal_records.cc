@@ -3,28 +3,10 @@
 #include "broker/journal.h"
 
 namespace fleet::broker::records {
-namespace {
-
-void PutField(std::string* out, std::string_view s) {
-  PutLe32(*out, static_cast<std::uint32_t>(s.size()));
-  out->append(s);
-}
-
-bool TakeField(std::string_view* in, std::string_view* field) {
-  if (in->size() < 4) return false;
-  const std::uint32_t n = ReadLe32(in->data());
-  if (in->size() - 4 < n) return false;
-  *field = in->substr(4, n);
-  in->remove_prefix(4 + n);
-  return true;
-}
-
-}  // namespace
-
 void EncodeAcceptedHead(std::string* out, std::string_view id, std::string_view queue) {
   out->clear();
-  PutField(out, id);
-  PutField(out, queue);
+  PutItem(*out, id);
+  PutItem(*out, queue);
 }
 
 void EncodeAccepted(std::string* out, std::string_view id, std::string_view queue,
@@ -45,7 +27,7 @@ void StoreAttempts(char out[4], std::uint32_t attempts) {
 
 std::optional<Accepted> DecodeAccepted(std::string_view body) {
   Accepted a;
-  if (!TakeField(&body, &a.id) || !TakeField(&body, &a.queue) || a.id.empty()) {
+  if (!TakeItem(&body, &a.id) || !TakeItem(&body, &a.queue) || a.id.empty()) {
     return std::nullopt;
   }
   a.payload = body;

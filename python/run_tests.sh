@@ -21,8 +21,10 @@ cp -r "$src/pyproject.toml" "$src/README.md" "$src/fleet" "$stage/"
   { cat "$stage/pip.log"; exit 1; }
 cd "$src/tests"
 set +e
-FLEET_BIN_DIR=$build/bin "$venv/bin/python" -m pytest -q -p no:cacheprovider \
-  --basetemp="$stage/t" "$@" .
+# Unbuffered, and a test still running after 120 s prints every thread's
+# stack: a hang that ctest's timeout cuts off still says where it was.
+PYTHONUNBUFFERED=1 FLEET_BIN_DIR=$build/bin "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+  -o faulthandler_timeout=120 --basetemp="$stage/t" "$@" .
 rc=$?
 set -e
 if [[ $rc -eq 5 ]]; then
